@@ -1,0 +1,272 @@
+/*
+ * stof.h — the public C API of stof: fast transformer inference with sparse
+ * attention masks on NVIDIA GPUs (and a CPU backend for machines without one).
+ *
+ * Conventions
+ *  - Every call returns a stof_status; on failure stof_last_error() gives a
+ *    message (thread-local) naming what was wrong and the offending value.
+ *  - Objects are opaque handles created by stof_*_create / *_compile and freed
+ *    by the matching *_destroy (which accept NULL).
+ *  - Parameter structs come from stof_*_default_params(); new fields are added
+ *    at the end with defaults, so callers that start from the defaults keep
+ *    compiling and behaving the same.
+ *  - Tensors are described, never owned: stof reads and writes the caller's
+ *    memory in place (host memory for a CPU context, device memory for a GPU
+ *    context).
+ */
+#ifndef STOF_H
+#define STOF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define STOF_API
+#else
+#define STOF_API __attribute__((visibility("default")))
+#endif
+
+#define STOF_VERSION_MAJOR 0
+#define STOF_VERSION_MINOR 1
+#define STOF_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum stof_status {
+    STOF_OK = 0,
+    STOF_ERR_INVALID_ARG = 1, /* NULL pointer, out-of-range value, misuse */
+    STOF_ERR_SHAPE = 2,       /* shapes or dtypes that do not fit together */
+    STOF_ERR_PARSE = 3,       /* a mask spec or other text that does not parse */
+    STOF_ERR_UNSUPPORTED = 4, /* valid request this build or device cannot run */
+    STOF_ERR_OOM = 5,         /* host or device memory exhausted */
+    STOF_ERR_CUDA = 6,        /* a CUDA runtime or library call failed */
+    STOF_ERR_IO = 7,          /* a file could not be opened, read or written */
+    STOF_ERR_FORMAT = 8,      /* a file's content is malformed */
+    STOF_ERR_NO_DEVICE = 9,   /* a GPU was asked for and none is usable */
+    STOF_ERR_INTERNAL = 10    /* a bug in stof: please report it */
+} stof_status;
+
+/* Short constant name of a status, e.g. "STOF_ERR_SHAPE". */
+STOF_API const char *stof_status_str(stof_status status);
+/* Message of the last failed call on this thread ("" when none). */
+STOF_API const char *stof_last_error(void);
+
+STOF_API const char *stof_version(void); /* "0.1.0" */
+
+/* ---------------------------------------------------------------- context */
+
+typedef enum stof_device {
+    STOF_DEVICE_AUTO = 0, /* the GPU when one is usable, else the CPU */
+    STOF_DEVICE_CPU = 1,
+    STOF_DEVICE_GPU = 2
+} stof_device;
+
+typedef struct stof_ctx stof_ctx;
+
+typedef struct stof_ctx_params {
+    stof_device device;
+    int gpu_index;          /* CUDA device ordinal for STOF_DEVICE_GPU/AUTO */
+    void *stream;           /* cudaStream_t to run on; NULL: the ctx makes its own */
+    size_t workspace_bytes; /* initial workspace arena; grows on demand outside a forward */
+    int cpu_threads;        /* CPU backend threads; 0: OpenBLAS default */
+} stof_ctx_params;
+
+STOF_API stof_ctx_params stof_ctx_default_params(void);
+STOF_API stof_status stof_ctx_create(const stof_ctx_params *params, stof_ctx **out);
+STOF_API void stof_ctx_destroy(stof_ctx *ctx);
+/* STOF_DEVICE_CPU or STOF_DEVICE_GPU: what the context actually runs on. */
+STOF_API stof_device stof_ctx_device(const stof_ctx *ctx);
+/* Human-readable device name ("NVIDIA H100 80GB HBM3", "cpu"). */
+STOF_API const char *stof_ctx_device_name(const stof_ctx *ctx);
+/* Work is enqueued on this stream from now on (GPU contexts only). */
+STOF_API stof_status stof_ctx_set_stream(stof_ctx *ctx, void *stream);
+STOF_API void *stof_ctx_stream(const stof_ctx *ctx);
+STOF_API stof_status stof_ctx_synchronize(stof_ctx *ctx);
+/* Number of usable CUDA devices (0 when there is no driver or device). */
+STOF_API int stof_gpu_count(void);
+
+/* ---------------------------------------------------------------- tensors */
+
+typedef enum stof_dtype {
+    STOF_F32 = 0,
+    STOF_F16 = 1,
+    STOF_BF16 = 2,
+    STOF_I32 = 3,
+    STOF_U8 = 4
+} stof_dtype;
+
+typedef enum stof_memory {
+    STOF_MEM_HOST = 0,
+    STOF_MEM_DEVICE = 1
+} stof_memory;
+
+#define STOF_MAX_DIMS 4
+
+/* A view of caller memory. stride[] is in elements; a tensor made by
+ * stof_tensor_make is contiguous row-major. Attention inputs need unit
+ * stride on their last dimension; other dimensions may be strided (so a
+ * [B, L, H, D] buffer viewed as [B, H, L, D] needs no copy). */
+typedef struct stof_tensor {
+    void *data;
+    stof_dtype dtype;
+    stof_memory memory;
+    int ndim;
+    int64_t shape[STOF_MAX_DIMS];
+    int64_t stride[STOF_MAX_DIMS];
+} stof_tensor;
+
+STOF_API stof_tensor stof_tensor_make(void *data, stof_dtype dtype, stof_memory memory, int ndim,
+                                      const int64_t *shape);
+STOF_API size_t stof_dtype_size(stof_dtype dtype);
+STOF_API const char *stof_dtype_name(stof_dtype dtype);
+
+/* ---------------------------------------------------------------- masks */
+
+/*
+ * A mask spec is a union of parts; key j is visible from query i when any part
+ * says so, and (always) i < length_q[b] and j < length_k[b]. Parts:
+ *   full                      every pair
+ *   causal                    j <= i
+ *   window(left, right)       i-left <= j <= i+right
+ *   dilated(window, dilation) |i-j| <= window*dilation and (i-j) % dilation == 0
+ *   global(n)                 i < n or j < n
+ *   global(list)              i or j is a listed token
+ *   random(block, per_row, seed)
+ *                             BigBird random blocks: for each block row bi of
+ *                             batch entry b, per_row block columns drawn from
+ *                             the seed (reproducible, different per entry)
+ *   blocks(layout)            user block layout [1|H][rows][cols] of 0/1 bytes
+ *                             over blocks of block_size x block_size
+ *   dense(tensor)             0/1 mask [B|1, H|1, Lq, Lk] (U8)
+ *
+ * Text form (CLI and Python), parts separated by ',':
+ *   full | causal | window:W | window:L:R | dilated:WxD | global:N |
+ *   global:[i,j,...] | random:BxN@SEED | blocks:B:ROW/ROW/... (ROW = 0/1 chars)
+ * e.g. "window:128,global:32,random:64x3@7". dense masks come only from a
+ * tensor (stof_mask_spec_add_dense).
+ */
+typedef struct stof_mask_spec stof_mask_spec;
+
+STOF_API stof_status stof_mask_spec_create(stof_mask_spec **out);
+STOF_API void stof_mask_spec_destroy(stof_mask_spec *spec);
+/* Parse the text form; on STOF_ERR_PARSE the message gives the position and reason. */
+STOF_API stof_status stof_mask_spec_parse(const char *text, stof_mask_spec **out);
+/* Canonical text form (dense parts print as "dense"). Writes at most cap bytes
+ * including the NUL; *needed (optional) gets the full length + 1. */
+STOF_API stof_status stof_mask_spec_format(const stof_mask_spec *spec, char *buf, size_t cap,
+                                           size_t *needed);
+STOF_API stof_status stof_mask_spec_add_full(stof_mask_spec *spec);
+STOF_API stof_status stof_mask_spec_add_causal(stof_mask_spec *spec);
+STOF_API stof_status stof_mask_spec_add_window(stof_mask_spec *spec, int left, int right);
+STOF_API stof_status stof_mask_spec_add_dilated(stof_mask_spec *spec, int window, int dilation);
+STOF_API stof_status stof_mask_spec_add_global(stof_mask_spec *spec, int n);
+STOF_API stof_status stof_mask_spec_add_global_list(stof_mask_spec *spec, const int32_t *tokens,
+                                                    int count);
+STOF_API stof_status stof_mask_spec_add_random(stof_mask_spec *spec, int block, int per_row,
+                                               uint64_t seed);
+/* layout: heads x rows x cols bytes (0/1), heads 1 or H; copied. */
+STOF_API stof_status stof_mask_spec_add_blocks(stof_mask_spec *spec, int block_size, int heads,
+                                               int rows, int cols, const uint8_t *layout);
+/* dense: U8 tensor [B|1, H|1, Lq, Lk], host or device memory; referenced, not
+ * copied: it must stay valid until every stof_mask_compile that uses it returns. */
+STOF_API stof_status stof_mask_spec_add_dense(stof_mask_spec *spec, const stof_tensor *dense);
+
+typedef enum stof_mask_builder {
+    STOF_BUILDER_AUTO = 0, /* the context's device */
+    STOF_BUILDER_CPU = 1,  /* build on the host (then upload for a GPU context) */
+    STOF_BUILDER_GPU = 2   /* build with GPU kernels (GPU context only) */
+} stof_mask_builder;
+
+typedef struct stof_mask_params {
+    int batch;                   /* B >= 1 */
+    int heads;                   /* H >= 1 */
+    int len_q;                   /* Lq >= 1: padded query length */
+    int len_k;                   /* Lk >= 1: padded key length */
+    const stof_tensor *lengths_q; /* optional I32 [B]: real query lengths (host or device) */
+    const stof_tensor *lengths_k; /* optional I32 [B]; NULL: lengths_q when Lq == Lk */
+    int tile_m;                  /* 16, 32, 64 or 128; 0: chosen for the device */
+    int tile_n;                  /* 16, 32, 64 or 128; 0: chosen for the device */
+    stof_mask_builder builder;
+} stof_mask_params;
+
+/* A mask compiled to the two-level tile format, resident where the ctx runs. */
+typedef struct stof_mask stof_mask;
+
+STOF_API stof_mask_params stof_mask_default_params(void);
+/* Enqueued on the ctx's stream; a GPU compile makes no host round trip. */
+STOF_API stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
+                                       const stof_mask_params *params, stof_mask **out);
+STOF_API void stof_mask_destroy(stof_mask *mask);
+
+typedef struct stof_mask_stats {
+    int instances;       /* distinct masks stored (batch entries x heads that differ) */
+    int tile_m, tile_n;
+    int64_t tiles_total; /* instances x tile rows x tile cols */
+    int64_t tiles_full;
+    int64_t tiles_partial;
+    int64_t nnz;         /* visible (query, key) pairs over all instances */
+    double tile_density; /* (full + partial) / total */
+    double density;      /* nnz / (sum over instances of Lq * Lk) */
+} stof_mask_stats;
+
+/* Exact statistics (synchronises the ctx's stream for a GPU mask). */
+STOF_API stof_status stof_mask_stats_get(stof_mask *mask, stof_mask_stats *out);
+/* Decode instance (b, h) back to a dense 0/1 host array of Lq*Lk bytes. */
+STOF_API stof_status stof_mask_decode(stof_mask *mask, int b, int h, uint8_t *dense, size_t cap);
+
+/* ---------------------------------------------------------------- attention */
+
+typedef enum stof_attn_kernel {
+    STOF_ATTN_AUTO = 0,      /* the analytical selector decides */
+    STOF_ATTN_BLOCKWISE = 1, /* tensor-core tiles over the compiled mask */
+    STOF_ATTN_ROWWISE = 2,   /* warps walk the visible keys of a row */
+    STOF_ATTN_CPU = 3        /* reported when a CPU context ran it */
+} stof_attn_kernel;
+
+typedef struct stof_attn_params {
+    float scale;             /* softmax scale; 0: 1/sqrt(head_dim) */
+    stof_attn_kernel kernel; /* force a kernel, or AUTO */
+} stof_attn_params;
+
+typedef struct stof_attn_choice {
+    stof_attn_kernel kernel;
+    int block_m, block_n; /* tile shape the kernel runs with */
+    int warps;            /* warps per CTA */
+    double score;         /* the selector's figure of merit (documented in src/attn/select.h) */
+} stof_attn_choice;
+
+STOF_API stof_attn_params stof_attn_default_params(void);
+
+/*
+ * Masked multi-head attention: out = softmax(scale * q k^T + mask) v.
+ * Layouts:
+ *  - padded: q [B, H, Lq, D], k and v [B, H, Lk, D], out [B, H, Lq, D] with any
+ *    strides on B, H and L and unit stride on D (so [B, L, H, D] memory works
+ *    through strides);
+ *  - packed variable length: q [Tq, H, D], k and v [Tk, H, D], out [Tq, H, D],
+ *    with cu_seqlens_q / cu_seqlens_k I32 [B+1] prefix sums of the lengths
+ *    (same memory kind as q). The mask must be compiled for those lengths.
+ * q, k, v, out share a dtype: F16 or BF16 on a GPU (head dim 32, 64 or 128),
+ * F32, F16 or BF16 on the CPU (any head dim). Rows with no visible key get zeros;
+ * padded rows (i >= length_q[b]) are zeroed too.
+ */
+STOF_API stof_status stof_attention(stof_ctx *ctx, const stof_attn_params *params,
+                                    const stof_tensor *q, const stof_tensor *k,
+                                    const stof_tensor *v, stof_mask *mask,
+                                    const stof_tensor *cu_seqlens_q,
+                                    const stof_tensor *cu_seqlens_k, stof_tensor *out);
+
+/* What stof_attention would run for these inputs (no work is done). */
+STOF_API stof_status stof_attention_select(stof_ctx *ctx, const stof_attn_params *params,
+                                           const stof_tensor *q, stof_mask *mask,
+                                           stof_attn_choice *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STOF_H */

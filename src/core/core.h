@@ -1,0 +1,116 @@
+/*
+ * core.h — internals shared by every part of stof: error reporting, the
+ * context, tensor checks and host-side half-precision conversions.
+ * Host code is C11; .cu files include this header too.
+ */
+#ifndef STOF_CORE_H
+#define STOF_CORE_H
+
+#include "stof.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors: every failing path sets the thread's message and returns a status */
+
+#if defined(__GNUC__)
+#define STOF_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define STOF_PRINTF(a, b)
+#endif
+
+/* Records the message for stof_last_error() and returns status. */
+stof_status stof_error(stof_status status, const char *fmt, ...) STOF_PRINTF(2, 3);
+void stof_clear_error(void);
+
+/* Return early with an error when cond does not hold. */
+#define STOF_REQUIRE(cond, status, ...)                                                    \
+    do {                                                                                   \
+        if (!(cond)) return stof_error((status), __VA_ARGS__);                             \
+    } while (0)
+
+/* Propagate a failing status. */
+#define STOF_TRY(expr)                                                                     \
+    do {                                                                                   \
+        stof_status stof_try_st_ = (expr);                                                 \
+        if (stof_try_st_ != STOF_OK) return stof_try_st_;                                  \
+    } while (0)
+
+/* Wrap a CUDA runtime call: on failure, record "<call> failed: <cuda message>". */
+stof_status stof_cuda_status(int cuda_err, const char *what, const char *file, int line);
+#define STOF_CUDA(call) stof_cuda_status((int)(call), #call, __FILE__, __LINE__)
+#define STOF_CUDA_TRY(call) STOF_TRY(STOF_CUDA(call))
+
+/* ---- logging: STOF_LOG=debug|info|warn (default warn) on stderr */
+
+enum { STOF_LOG_DEBUG = 0, STOF_LOG_INFO = 1, STOF_LOG_WARN = 2 };
+void stof_log(int level, const char *fmt, ...) STOF_PRINTF(2, 3);
+
+/* ---- context */
+
+struct stof_ctx {
+    stof_device device; /* CPU or GPU, never AUTO */
+    int gpu_index;
+    void *stream; /* cudaStream_t */
+    bool own_stream;
+    char device_name[256];
+    int sm_count;
+    int cc_major, cc_minor;
+    size_t smem_per_block_optin; /* bytes a block may opt into */
+    size_t smem_per_sm;
+    int max_threads_per_sm;
+    int regs_per_sm;
+    int cpu_threads;
+    /* device workspace (one block, grown outside a forward) */
+    void *ws;
+    size_t ws_bytes;
+    void *cublaslt; /* cublasLtHandle_t, created on first use by src/fuse */
+    void (*cublaslt_destroy)(void *handle);
+};
+
+/* Device workspace of at least bytes (contents undefined). Invalidates earlier
+ * pointers when it grows, so take it once per call. */
+stof_status stof_ctx_workspace(stof_ctx *ctx, size_t bytes, void **out);
+
+/* Stream-ordered device allocation on the ctx's stream (cudaMallocAsync). */
+stof_status stof_dev_alloc(stof_ctx *ctx, size_t bytes, void **out);
+void stof_dev_free(stof_ctx *ctx, void *ptr);
+/* Host allocation that records an OOM error on failure. */
+stof_status stof_host_alloc(size_t bytes, void **out);
+stof_status stof_host_calloc(size_t count, size_t size, void **out);
+
+/* ---- tensors */
+
+/* Validates descriptor fields (non-NULL data, dtype, 1 <= ndim <= 4, shape >= 1,
+ * strides >= 0); name is used in messages ("q", "lengths_q"). */
+stof_status stof_tensor_check(const stof_tensor *t, const char *name);
+/* The tensor's memory must match where the ctx runs. */
+stof_status stof_tensor_check_memory(const stof_ctx *ctx, const stof_tensor *t, const char *name);
+bool stof_tensor_is_contiguous(const stof_tensor *t);
+int64_t stof_tensor_numel(const stof_tensor *t);
+
+/* ---- host half precision (round to nearest even; NaN/Inf preserved) */
+
+uint16_t stof_f32_to_f16(float f);
+float stof_f16_to_f32(uint16_t h);
+uint16_t stof_f32_to_bf16(float f);
+float stof_bf16_to_f32(uint16_t h);
+/* Element i of a contiguous F32/F16/BF16 host buffer, as float. */
+float stof_load_f(const void *data, stof_dtype dtype, int64_t i);
+void stof_store_f(void *data, stof_dtype dtype, int64_t i, float v);
+
+/* ---- small helpers */
+
+static inline int64_t stof_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STOF_CORE_H */

@@ -1,0 +1,81 @@
+/*
+ * cpu_ref.h — the CPU reference of every stof operator: plain fp32 C written
+ * to be obviously right. It is the oracle the GPU kernels are tested against
+ * and the CPU backend. Depends on core alone.
+ *
+ * Shapes are row-major and contiguous unless a stride is named. Linear layers
+ * follow PyTorch: weight [out, in], y = x W^T + b.
+ */
+#ifndef STOF_CPU_REF_H
+#define STOF_CPU_REF_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cpu_act {
+    CPU_ACT_NONE = 0,
+    CPU_ACT_GELU = 1,      /* exact: x * 0.5 * (1 + erf(x / sqrt 2)) (HF "gelu") */
+    CPU_ACT_GELU_TANH = 2, /* tanh approximation (HF "gelu_new", "gelu_pytorch_tanh") */
+    CPU_ACT_RELU = 3
+} cpu_act;
+
+/* y[m, n] = act(x[m, k] W[n, k]^T + bias[n]); bias may be NULL. Uses OpenBLAS sgemm. */
+void cpu_linear(const float *x, const float *w, const float *bias, float *y, int64_t m, int64_t n,
+                int64_t k, cpu_act act);
+/* Plain triple loop in double precision: the oracle for cpu_linear itself. */
+void cpu_linear_naive(const float *x, const float *w, const float *bias, float *y, int64_t m,
+                      int64_t n, int64_t k, cpu_act act);
+void cpu_activation(float *x, int64_t n, cpu_act act);
+float cpu_gelu(float x);
+float cpu_gelu_tanh(float x);
+
+/* y[r, :] = LayerNorm(x[r, :] (+ residual[r, :])) * gamma + beta; residual may be NULL.
+ * Variance is the biased one, as torch.nn.LayerNorm computes it. y may alias x. */
+void cpu_layernorm(const float *x, const float *residual, const float *gamma, const float *beta,
+                   float *y, int64_t rows, int64_t cols, float eps);
+void cpu_add(const float *a, const float *b, float *y, int64_t n);
+
+/*
+ * Masked attention for one layout: q [B, H, Lq, D], k and v [B, H, Lk, D], out
+ * [B, H, Lq, D], contiguous fp32. mask holds 0/1 bytes; the [Lq, Lk] plane of
+ * (b, h) starts at mask + b * mask_stride_b + h * mask_stride_h (stride 0
+ * broadcasts). Rows with no visible key give zeros. Accumulates in double.
+ */
+void cpu_attention(const float *q, const float *k, const float *v, float *out, int64_t B,
+                   int64_t H, int64_t Lq, int64_t Lk, int64_t D, const uint8_t *mask,
+                   int64_t mask_stride_b, int64_t mask_stride_h, float scale);
+
+/* Padding-free batches (ByteTransformer). lengths[B] in [0, L].
+ * cu_seqlens[B+1] = prefix sums; returns the token count T. */
+int64_t cpu_cu_seqlens(const int32_t *lengths, int64_t B, int32_t *cu_seqlens);
+/* packed[T, W] <- the first lengths[b] rows of each padded[b, L, W]. */
+void cpu_pack(const float *padded, const int32_t *lengths, int64_t B, int64_t L, int64_t W,
+              float *packed);
+/* padded[B, L, W] <- packed rows, zeros at padding. */
+void cpu_unpack(const float *packed, const int32_t *lengths, int64_t B, int64_t L, int64_t W,
+                float *padded);
+/* Lengths from an HF-style 0/1 attention_mask [B, L] (count of ones; the ones
+ * must be a prefix of each row). Returns 0, or -1 (with *bad_row set) when a
+ * row is not a prefix of ones. */
+int cpu_lengths_from_attention_mask(const int32_t *attention_mask, int64_t B, int64_t L,
+                                    int32_t *lengths, int64_t *bad_row);
+
+/* BERT embeddings for T packed tokens:
+ * out[t] = LayerNorm(word[ids[t]] + pos[positions[t]] + type[types[t]]) * gamma + beta.
+ * types may be NULL (type 0). Indices are assumed validated by the caller. */
+void cpu_embeddings(const int32_t *ids, const int32_t *positions, const int32_t *types, int64_t T,
+                    const float *word, const float *pos, const float *type, const float *gamma,
+                    const float *beta, int64_t hidden, float eps, float *out);
+
+/* out[b, :] = mean of the packed rows of sequence b (zeros for an empty one). */
+void cpu_mean_pool(const float *packed, const int32_t *cu_seqlens, int64_t B, int64_t W,
+                   float *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STOF_CPU_REF_H */

@@ -1,0 +1,94 @@
+/*
+ * mask.h — internals of mask specs and of the compiled two-level tile format.
+ * The attention kernels, the CPU backend and the tests read compiled masks
+ * through struct mask_tiles.
+ *
+ * Two-level tile format. The Lq x Lk score plane of each mask instance is cut
+ * into tile_m x tile_n outer tiles. For each tile row the visible tiles are
+ * listed CSR-style in ascending column order: col[] names the tile column and
+ * bits[] says whether the tile is full (-1: every element visible, the kernel
+ * runs no mask code) or partial (>= 0: index of its bitmap). Empty tiles are
+ * absent. A bitmap holds tile_m rows of words_per_row 64-bit words; bit (c % 64)
+ * of word (c / 64) of row r is element (r, c) of the tile.
+ *
+ * Visibility of element (i, j) of instance (b, h) (what decoding yields):
+ *     i < len_q[b] && j < len_k[b] && spec(b, h, i, j)
+ * What the tiles store: tile rows that start at or past len_q[b] are empty
+ * (no work for padding). In the other tile rows, element (i, j) is set iff
+ * j < len_k[b] && spec(b, h, i, j): columns at or past len_k[b] (or lk) are
+ * never set, so a tile reaching past them is partial and full tiles need no
+ * bounds code; rows at or past len_q[b] inside a tile row follow the spec
+ * alone (the kernel never writes them back and decoding clips them).
+ *
+ * Instances: a mask varies by batch entry when it has lengths, a random part
+ * or a dense part with B > 1 (bm = B, else 1), and by head when a blocks or
+ * dense part has H > 1 (hm = H, else 1). Instance of (b, h) is
+ * (bm > 1 ? b : 0) * hm + (hm > 1 ? h : 0).
+ */
+#ifndef STOF_MASK_H
+#define STOF_MASK_H
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mask_tiles {
+    int batch, heads;         /* B, H the mask was compiled for */
+    int bm, hm, n_inst;       /* instances: bm * hm */
+    int lq, lk;               /* padded lengths */
+    int tile_m, tile_n;
+    int n_trow, n_tcol;       /* ceil(lq / tile_m), ceil(lk / tile_n) */
+    int words_per_row;        /* ceil(tile_n / 64) */
+    const int32_t *len_q;     /* [bm] real lengths */
+    const int32_t *len_k;     /* [bm] */
+    const int32_t *row_ptr;   /* [n_inst * n_trow + 1]; tile row r of instance s is
+                                 entries row_ptr[s*n_trow + r] .. row_ptr[s*n_trow + r + 1] */
+    const int32_t *col;       /* [entries] tile column */
+    const int32_t *bits;      /* [entries] -1 full, else bitmap index */
+    const uint64_t *bitmap;   /* [partial][tile_m][words_per_row] */
+} mask_tiles;
+
+static inline int mask_instance(const mask_tiles *t, int b, int h)
+{
+    return (t->bm > 1 ? b : 0) * t->hm + (t->hm > 1 ? h : 0);
+}
+
+/* Host-side figures known at compile time without reading the device: the
+ * selector uses them so that choosing a kernel never synchronises. They are
+ * upper bounds from the spec (exact for analytic parts). */
+typedef struct mask_estimate {
+    double tiles_per_row;     /* mean listed tiles per (instance, tile row) */
+    double partial_per_row;   /* mean partial tiles per (instance, tile row) */
+    double tile_density;      /* listed / total tiles */
+} mask_estimate;
+
+/* The compiled mask's view (pointers in the mask's memory: device for a GPU ctx). */
+const mask_tiles *stof_mask_tiles_view(const stof_mask *mask);
+const mask_estimate *stof_mask_estimate_view(const stof_mask *mask);
+stof_ctx *stof_mask_ctx(const stof_mask *mask);
+stof_memory stof_mask_memory(const stof_mask *mask);
+
+/* A host copy of a compiled mask (arrays owned by it), for tests and the CPU
+ * backend. */
+typedef struct mask_tiles_host {
+    mask_tiles t;
+    int64_t entries, partial;
+    void *storage;
+} mask_tiles_host;
+stof_status stof_mask_to_host(stof_mask *mask, mask_tiles_host *out);
+void mask_tiles_host_free(mask_tiles_host *h);
+
+/* Dense 0/1 plane of instance (b, h) straight from the spec, element by
+ * element, without the tile format: the oracle for the compiler. lengths may be
+ * NULL (full length). dense has lq * lk bytes. */
+stof_status stof_mask_spec_to_dense(const stof_mask_spec *spec, int batch, int heads, int lq,
+                                    int lk, const int32_t *lengths_q, const int32_t *lengths_k,
+                                    int b, int h, uint8_t *dense);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STOF_MASK_H */
