@@ -33,7 +33,8 @@ float cpu_gelu(float x);
 float cpu_gelu_tanh(float x);
 
 /* y[r, :] = LayerNorm(x[r, :] (+ residual[r, :])) * gamma + beta; residual may be NULL.
- * Variance is the biased one, as torch.nn.LayerNorm computes it. y may alias x. */
+ * Variance is the biased one, as torch.nn.LayerNorm computes it. gamma may be
+ * NULL (ones), beta NULL (zeros); y may alias x or residual. */
 void cpu_layernorm(const float *x, const float *residual, const float *gamma, const float *beta,
                    float *y, int64_t rows, int64_t cols, float eps);
 void cpu_add(const float *a, const float *b, float *y, int64_t n);
@@ -42,7 +43,8 @@ void cpu_add(const float *a, const float *b, float *y, int64_t n);
  * Masked attention for one layout: q [B, H, Lq, D], k and v [B, H, Lk, D], out
  * [B, H, Lq, D], contiguous fp32. mask holds 0/1 bytes; the [Lq, Lk] plane of
  * (b, h) starts at mask + b * mask_stride_b + h * mask_stride_h (stride 0
- * broadcasts). Rows with no visible key give zeros. Accumulates in double.
+ * broadcasts); mask may be NULL (every key visible) and any nonzero byte counts
+ * as visible. Rows with no visible key give zeros. Accumulates in double.
  */
 void cpu_attention(const float *q, const float *k, const float *v, float *out, int64_t B,
                    int64_t H, int64_t Lq, int64_t Lk, int64_t D, const uint8_t *mask,
@@ -59,7 +61,7 @@ void cpu_unpack(const float *packed, const int32_t *lengths, int64_t B, int64_t 
                 float *padded);
 /* Lengths from an HF-style 0/1 attention_mask [B, L] (count of ones; the ones
  * must be a prefix of each row). Returns 0, or -1 (with *bad_row set) when a
- * row is not a prefix of ones. */
+ * row is not a prefix of ones; values other than 0/1 are rejected likewise. */
 int cpu_lengths_from_attention_mask(const int32_t *attention_mask, int64_t B, int64_t L,
                                     int32_t *lengths, int64_t *bad_row);
 
