@@ -70,7 +70,8 @@ typedef struct stof_ctx stof_ctx;
 typedef struct stof_ctx_params {
     stof_device device;
     int gpu_index;          /* CUDA device ordinal for STOF_DEVICE_GPU/AUTO */
-    void *stream;           /* cudaStream_t to run on; NULL: the ctx makes its own */
+    void *stream;           /* cudaStream_t to run on; NULL: the ctx makes its own, a
+                               blocking stream ordered after the legacy default stream */
     size_t workspace_bytes; /* initial workspace arena; grows on demand outside a forward */
     int cpu_threads;        /* CPU backend threads; 0: OpenBLAS default */
 } stof_ctx_params;
@@ -141,13 +142,15 @@ STOF_API const char *stof_dtype_name(stof_dtype dtype);
  *                             the seed (reproducible, different per entry)
  *   blocks(layout)            user block layout [1|H][rows][cols] of 0/1 bytes
  *                             over blocks of block_size x block_size
- *   dense(tensor)             0/1 mask [B|1, H|1, Lq, Lk] (U8)
+ *   dense(tensor)             0/1 mask [B|1, H|1, Lq, Lk] (U8; any nonzero byte is visible)
  *
  * Text form (CLI and Python), parts separated by ',':
  *   full | causal | window:W | window:L:R | dilated:WxD | global:N |
  *   global:[i,j,...] | random:BxN@SEED | blocks:B:ROW/ROW/... (ROW = 0/1 chars)
  * e.g. "window:128,global:32,random:64x3@7". dense masks come only from a
- * tensor (stof_mask_spec_add_dense).
+ * tensor (stof_mask_spec_add_dense); they, and per-head block layouts, format as
+ * "dense" and "blocks:B:heads=H", which do not parse back. A random part takes
+ * at most 256 blocks per row.
  */
 typedef struct stof_mask_spec stof_mask_spec;
 
@@ -186,11 +189,15 @@ typedef struct stof_mask_params {
     int heads;                   /* H >= 1 */
     int len_q;                   /* Lq >= 1: padded query length */
     int len_k;                   /* Lk >= 1: padded key length */
-    const stof_tensor *lengths_q; /* optional I32 [B]: real query lengths (host or device) */
+    const stof_tensor *lengths_q; /* optional I32 [B]: real query lengths, 0 allowed. Host
+                                    lengths outside [0, Lq] are rejected; device lengths
+                                    cannot be checked without a round trip and are clamped */
     const stof_tensor *lengths_k; /* optional I32 [B]; NULL: lengths_q when Lq == Lk */
-    int tile_m;                  /* 16, 32, 64 or 128; 0: chosen for the device */
-    int tile_n;                  /* 16, 32, 64 or 128; 0: chosen for the device */
+    int tile_m;                  /* 16, 32, 64 or 128; 0 (with tile_n 0): chosen for the device */
+    int tile_n;                  /* 16, 32, 64 or 128; 0: 64 */
     stof_mask_builder builder;
+    int head_dim;                /* head dim of the attention it will serve: a hint for the
+                                    tile choice (0: unknown) */
 } stof_mask_params;
 
 /* A mask compiled to the two-level tile format, resident where the ctx runs. */
@@ -264,6 +271,59 @@ STOF_API stof_status stof_attention(stof_ctx *ctx, const stof_attn_params *param
 STOF_API stof_status stof_attention_select(stof_ctx *ctx, const stof_attn_params *params,
                                            const stof_tensor *q, stof_mask *mask,
                                            stof_attn_choice *out);
+
+/* ---------------------------------------------------------------- models */
+
+/* A BERT-family encoder loaded from a Hugging Face folder (config.json +
+ * model.safetensors; also the sentence-transformers layout). */
+typedef struct stof_model stof_model;
+
+typedef struct stof_model_params {
+    stof_dtype dtype; /* run dtype: F16 or BF16 on a GPU (default F16), F32 on the CPU */
+} stof_model_params;
+
+typedef enum stof_pooling {
+    STOF_POOL_MEAN = 0, /* mean over the real tokens (sentence-transformers default) */
+    STOF_POOL_CLS = 1   /* the first token */
+} stof_pooling;
+
+typedef struct stof_model_info {
+    int hidden, layers, heads, head_dim, intermediate;
+    int vocab, max_positions, type_vocab;
+    float layer_norm_eps;
+    stof_dtype dtype;     /* the run dtype */
+    stof_pooling pooling; /* from the sentence-transformers config; mean by default */
+    int normalize;        /* 1 when the folder asks for L2-normalised embeddings */
+} stof_model_info;
+
+STOF_API stof_model_params stof_model_default_params(void);
+/* Loads and checks every tensor (a missing or misshapen one is named in the error). */
+STOF_API stof_status stof_model_load(stof_ctx *ctx, const char *dir,
+                                     const stof_model_params *params, stof_model **out);
+STOF_API void stof_model_destroy(stof_model *model);
+STOF_API stof_status stof_model_get_info(const stof_model *model, stof_model_info *out);
+
+typedef struct stof_forward_params {
+    const stof_mask_spec *mask; /* attention mask; NULL: every pair (dense); always
+                                   intersected with the sequence lengths */
+} stof_forward_params;
+
+STOF_API stof_forward_params stof_forward_default_params(void);
+
+/*
+ * One encoder forward, padding-free inside: only real tokens are computed.
+ *   ids          I32 [B, L] token ids (host memory, or the ctx's memory)
+ *   lengths      I32 [B] host memory: real tokens per sequence (NULL: all L)
+ *   token_types  I32 [B, L] (NULL: all 0)
+ *   hidden_out   [B, L, hidden] last hidden state in the run dtype (or F32), zeros
+ *                at padding, ctx memory; NULL to skip
+ *   pooled_out   F32 [B, hidden] pooled embeddings (L2-normalised when the model
+ *                asks for it), ctx memory or host memory; NULL to skip
+ */
+STOF_API stof_status stof_model_forward(stof_model *model, const stof_forward_params *params,
+                                        const stof_tensor *ids, const stof_tensor *lengths,
+                                        const stof_tensor *token_types, stof_tensor *hidden_out,
+                                        stof_tensor *pooled_out);
 
 #ifdef __cplusplus
 }

@@ -55,8 +55,10 @@ static stof_status ctx_init_gpu(stof_ctx *ctx, const stof_ctx_params *p)
     if (p->stream) {
         ctx->stream = p->stream;
     } else {
+        /* A blocking stream: work the caller queued on the legacy default stream
+         * (a plain cudaMemcpy or cudaMemset of an input) finishes before ours starts. */
         cudaStream_t s;
-        STOF_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        STOF_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamDefault));
         ctx->stream = s;
         ctx->own_stream = true;
     }

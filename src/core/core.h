@@ -70,7 +70,7 @@ struct stof_ctx {
     /* device workspace (one block, grown outside a forward) */
     void *ws;
     size_t ws_bytes;
-    void *cublaslt; /* cublasLtHandle_t, created on first use by src/fuse */
+    void *cublaslt; /* src/fuse state (cuBLASLt handle + plan cache), created on first use; opaque elsewhere */
     void (*cublaslt_destroy)(void *handle);
 };
 

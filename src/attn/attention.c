@@ -1,0 +1,374 @@
+/*
+ * attention.c — stof_attention and stof_attention_select: validation of every
+ * input (with the offending value in the message), the layout description the
+ * kernels read, and dispatch to the selected GPU kernel or, on a CPU context,
+ * to the CPU reference (attn_cpu.c).
+ *
+ * The one non-obvious choice: choosing a kernel reads only host-side figures
+ * (the mask's compile-time estimate and the ctx's device properties), so
+ * stof_attention never synchronises the stream.
+ */
+#include "attn/attn.h"
+#include "attn/select.h"
+
+#include <math.h>
+#include <string.h>
+
+stof_attn_params stof_attn_default_params(void)
+{
+    stof_attn_params p;
+    memset(&p, 0, sizeof p);
+    p.scale = 0.0f;
+    p.kernel = STOF_ATTN_AUTO;
+    return p;
+}
+
+static stof_status check_params(const stof_attn_params *p)
+{
+    STOF_REQUIRE(isfinite(p->scale), STOF_ERR_INVALID_ARG, "attention scale is %g (must be finite)",
+                 (double)p->scale);
+    STOF_REQUIRE(p->kernel == STOF_ATTN_AUTO || p->kernel == STOF_ATTN_BLOCKWISE ||
+                     p->kernel == STOF_ATTN_ROWWISE,
+                 STOF_ERR_INVALID_ARG,
+                 "attention kernel %d is not AUTO, BLOCKWISE or ROWWISE (STOF_ATTN_CPU is only "
+                 "reported)",
+                 (int)p->kernel);
+    return STOF_OK;
+}
+
+/* The mask must live where the ctx runs (same device kind, same GPU). */
+static stof_status check_mask_ctx(const stof_ctx *ctx, stof_mask *mask)
+{
+    STOF_REQUIRE(mask, STOF_ERR_INVALID_ARG, "attention mask is NULL");
+    stof_memory want = ctx->device == STOF_DEVICE_GPU ? STOF_MEM_DEVICE : STOF_MEM_HOST;
+    STOF_REQUIRE(stof_mask_memory(mask) == want, STOF_ERR_INVALID_ARG,
+                 "the mask was compiled for the %s but the context runs on the %s",
+                 stof_mask_memory(mask) == STOF_MEM_DEVICE ? "GPU" : "CPU",
+                 ctx->device == STOF_DEVICE_GPU ? "GPU" : "CPU");
+    const stof_ctx *mctx = stof_mask_ctx(mask);
+    if (mctx && ctx->device == STOF_DEVICE_GPU)
+        STOF_REQUIRE(mctx->gpu_index == ctx->gpu_index, STOF_ERR_INVALID_ARG,
+                     "the mask lives on GPU %d but the context runs on GPU %d", mctx->gpu_index,
+                     ctx->gpu_index);
+    STOF_REQUIRE(stof_mask_tiles_view(mask), STOF_ERR_INVALID_ARG, "the mask has no tiles");
+    return STOF_OK;
+}
+
+static stof_status check_dtype(const stof_ctx *ctx, const stof_tensor *t, const char *name)
+{
+    if (ctx->device == STOF_DEVICE_GPU) {
+        STOF_REQUIRE(t->dtype != STOF_F32, STOF_ERR_UNSUPPORTED,
+                     "tensor %s is f32; attention on the GPU takes f16 or bf16", name);
+        STOF_REQUIRE(t->dtype == STOF_F16 || t->dtype == STOF_BF16, STOF_ERR_INVALID_ARG,
+                     "tensor %s has dtype %s; attention takes f16 or bf16 on the GPU", name,
+                     stof_dtype_name(t->dtype));
+    } else {
+        STOF_REQUIRE(t->dtype == STOF_F32 || t->dtype == STOF_F16 || t->dtype == STOF_BF16,
+                     STOF_ERR_INVALID_ARG,
+                     "tensor %s has dtype %s; attention takes f32, f16 or bf16 on the CPU", name,
+                     stof_dtype_name(t->dtype));
+    }
+    return STOF_OK;
+}
+
+/* Reads q's layout and checks it against the mask: padded [B, H, Lq, D] or
+ * packed [Tq, H, D] with cu_seqlens. Shared by attention and selection. */
+static stof_status check_q_layout(const stof_ctx *ctx, const stof_tensor *q, const mask_tiles *t,
+                                  bool packed, attn_shape *s)
+{
+    STOF_TRY(stof_tensor_check(q, "q"));
+    STOF_TRY(stof_tensor_check_memory(ctx, q, "q"));
+    STOF_TRY(check_dtype(ctx, q, "q"));
+    memset(s, 0, sizeof *s);
+    s->packed = packed;
+    s->dtype = q->dtype;
+    if (!packed) {
+        STOF_REQUIRE(q->ndim == 4, STOF_ERR_SHAPE,
+                     "q has %d dimensions; the padded layout is [B, H, Lq, D] (a packed [T, H, D] "
+                     "batch needs cu_seqlens_q and cu_seqlens_k)",
+                     q->ndim);
+        s->B = q->shape[0];
+        s->H = q->shape[1];
+        s->Lq = q->shape[2];
+        s->D = q->shape[3];
+        STOF_REQUIRE(s->B == t->batch && s->H == t->heads && s->Lq == t->lq, STOF_ERR_SHAPE,
+                     "q is [B=%lld, H=%lld, Lq=%lld, D] but the mask was compiled for B=%d, H=%d, "
+                     "Lq=%d",
+                     (long long)s->B, (long long)s->H, (long long)s->Lq, t->batch, t->heads, t->lq);
+        s->Lk = t->lk;
+    } else {
+        STOF_REQUIRE(q->ndim == 3, STOF_ERR_SHAPE,
+                     "q has %d dimensions; with cu_seqlens the packed layout is [T, H, D]",
+                     q->ndim);
+        s->Tq = q->shape[0];
+        s->H = q->shape[1];
+        s->D = q->shape[2];
+        s->B = t->batch;
+        s->Lq = t->lq;
+        s->Lk = t->lk;
+        STOF_REQUIRE(s->H == t->heads, STOF_ERR_SHAPE,
+                     "q has H=%lld heads but the mask was compiled for H=%d", (long long)s->H,
+                     t->heads);
+    }
+    STOF_REQUIRE(q->stride[q->ndim - 1] == 1 || q->shape[q->ndim - 1] == 1, STOF_ERR_SHAPE,
+                 "q has stride %lld on its last dimension (must be 1)",
+                 (long long)q->stride[q->ndim - 1]);
+    if (ctx->device == STOF_DEVICE_GPU)
+        STOF_REQUIRE(attn_head_dim_supported((int)s->D), STOF_ERR_UNSUPPORTED,
+                     "head dim %lld is not supported on the GPU (32, 64 or 128)", (long long)s->D);
+    return STOF_OK;
+}
+
+/* k, v or out against the shape q fixed. */
+static stof_status check_operand(const stof_ctx *ctx, const stof_tensor *x, const char *name,
+                                 const attn_shape *s, bool is_key)
+{
+    STOF_TRY(stof_tensor_check(x, name));
+    STOF_TRY(stof_tensor_check_memory(ctx, x, name));
+    STOF_REQUIRE(x->dtype == s->dtype, STOF_ERR_SHAPE, "tensor %s is %s but q is %s", name,
+                 stof_dtype_name(x->dtype), stof_dtype_name(s->dtype));
+    int nd = s->packed ? 3 : 4;
+    STOF_REQUIRE(x->ndim == nd, STOF_ERR_SHAPE, "tensor %s has %d dimensions; q has %d", name,
+                 x->ndim, nd);
+    if (s->packed) {
+        STOF_REQUIRE(x->shape[1] == s->H && x->shape[2] == s->D, STOF_ERR_SHAPE,
+                     "tensor %s is [%lld, %lld, %lld]; want [T, H=%lld, D=%lld]", name,
+                     (long long)x->shape[0], (long long)x->shape[1], (long long)x->shape[2],
+                     (long long)s->H, (long long)s->D);
+    } else {
+        int64_t L = is_key ? s->Lk : s->Lq;
+        STOF_REQUIRE(x->shape[0] == s->B && x->shape[1] == s->H && x->shape[2] == L &&
+                         x->shape[3] == s->D,
+                     STOF_ERR_SHAPE,
+                     "tensor %s is [%lld, %lld, %lld, %lld]; want [B=%lld, H=%lld, %s=%lld, "
+                     "D=%lld] (the mask was compiled for Lq=%lld, Lk=%lld)",
+                     name, (long long)x->shape[0], (long long)x->shape[1], (long long)x->shape[2],
+                     (long long)x->shape[3], (long long)s->B, (long long)s->H, is_key ? "Lk" : "Lq",
+                     (long long)L, (long long)s->D, (long long)s->Lq, (long long)s->Lk);
+    }
+    STOF_REQUIRE(x->stride[nd - 1] == 1 || x->shape[nd - 1] == 1, STOF_ERR_SHAPE,
+                 "tensor %s has stride %lld on its last dimension (must be 1)", name,
+                 (long long)x->stride[nd - 1]);
+    return STOF_OK;
+}
+
+static stof_status check_cu_seqlens(const stof_ctx *ctx, const stof_tensor *cu, const char *name,
+                                    const attn_shape *s)
+{
+    STOF_TRY(stof_tensor_check(cu, name));
+    STOF_TRY(stof_tensor_check_memory(ctx, cu, name));
+    STOF_REQUIRE(cu->dtype == STOF_I32, STOF_ERR_SHAPE, "%s is %s; it must be i32", name,
+                 stof_dtype_name(cu->dtype));
+    STOF_REQUIRE(cu->ndim == 1 && cu->shape[0] == s->B + 1, STOF_ERR_SHAPE,
+                 "%s has %d dimensions and %lld entries; want [B + 1] = [%lld] for the mask's "
+                 "B=%lld",
+                 name, cu->ndim, (long long)cu->shape[0], (long long)(s->B + 1), (long long)s->B);
+    STOF_REQUIRE(cu->stride[0] == 1, STOF_ERR_SHAPE, "%s has stride %lld (must be 1)", name,
+                 (long long)cu->stride[0]);
+    return STOF_OK;
+}
+
+/* The GPU kernels move 16 bytes at a time: base and B/H/L strides aligned. */
+static stof_status check_aligned16(const stof_tensor *x, const char *name)
+{
+    STOF_REQUIRE(((uintptr_t)x->data & 15u) == 0, STOF_ERR_INVALID_ARG,
+                 "tensor %s at %p is not 16-byte aligned (the GPU kernels load 16 bytes at a "
+                 "time)",
+                 name, x->data);
+    for (int d = 0; d < x->ndim - 1; d++)
+        STOF_REQUIRE(x->stride[d] % 8 == 0 || x->shape[d] == 1, STOF_ERR_INVALID_ARG,
+                     "tensor %s has stride[%d] = %lld elements, not a multiple of 8 (16 bytes)",
+                     name, d, (long long)x->stride[d]);
+    return STOF_OK;
+}
+
+static stof_status check_all(stof_ctx *ctx, const stof_attn_params *p, const stof_tensor *q,
+                             const stof_tensor *k, const stof_tensor *v, stof_mask *mask,
+                             const stof_tensor *cu_q, const stof_tensor *cu_k,
+                             const stof_tensor *out, attn_shape *s)
+{
+    STOF_REQUIRE(ctx, STOF_ERR_INVALID_ARG, "stof_attention: ctx is NULL");
+    STOF_TRY(check_params(p));
+    STOF_TRY(check_mask_ctx(ctx, mask));
+    const mask_tiles *t = stof_mask_tiles_view(mask);
+    STOF_REQUIRE((cu_q == NULL) == (cu_k == NULL), STOF_ERR_INVALID_ARG,
+                 "cu_seqlens_%s is given but cu_seqlens_%s is NULL: the packed layout needs both",
+                 cu_q ? "q" : "k", cu_q ? "k" : "q");
+    bool packed = cu_q != NULL;
+    STOF_TRY(check_q_layout(ctx, q, t, packed, s));
+    STOF_TRY(check_operand(ctx, k, "k", s, true));
+    STOF_TRY(check_operand(ctx, v, "v", s, true));
+    STOF_TRY(check_operand(ctx, out, "out", s, false));
+    if (packed) {
+        STOF_REQUIRE(k->shape[0] == v->shape[0], STOF_ERR_SHAPE, "k has %lld tokens but v has %lld",
+                     (long long)k->shape[0], (long long)v->shape[0]);
+        STOF_REQUIRE(out->shape[0] == q->shape[0], STOF_ERR_SHAPE,
+                     "out has %lld tokens but q has %lld", (long long)out->shape[0],
+                     (long long)q->shape[0]);
+        s->Tk = k->shape[0];
+        STOF_TRY(check_cu_seqlens(ctx, cu_q, "cu_seqlens_q", s));
+        STOF_TRY(check_cu_seqlens(ctx, cu_k, "cu_seqlens_k", s));
+    }
+    if (ctx->device == STOF_DEVICE_GPU) {
+        STOF_TRY(check_aligned16(q, "q"));
+        STOF_TRY(check_aligned16(k, "k"));
+        STOF_TRY(check_aligned16(v, "v"));
+        STOF_TRY(check_aligned16(out, "out"));
+        STOF_REQUIRE(s->B <= 65535 && s->H <= 65535, STOF_ERR_UNSUPPORTED,
+                     "B=%lld and H=%lld: the GPU kernels take at most 65535 of each",
+                     (long long)s->B, (long long)s->H);
+    }
+    s->scale = p->scale != 0.0f ? p->scale : (float)(1.0 / sqrt((double)s->D));
+    return STOF_OK;
+}
+
+static attn_problem problem_of(const attn_shape *s, stof_mask *mask)
+{
+    const mask_tiles *t = stof_mask_tiles_view(mask);
+    const mask_estimate *e = stof_mask_estimate_view(mask);
+    attn_problem p;
+    p.batch = (int)s->B;
+    p.heads = (int)s->H;
+    p.lq = t->lq;
+    p.lk = t->lk;
+    p.head_dim = (int)s->D;
+    p.tile_m = t->tile_m;
+    p.tile_n = t->tile_n;
+    /* Without an estimate assume every tile is listed (dense): the safe side. */
+    p.tiles_per_row = e ? e->tiles_per_row : (double)t->n_tcol;
+    return p;
+}
+
+static attn_device device_of(const stof_ctx *ctx)
+{
+    attn_device d;
+    d.sm_count = ctx->sm_count;
+    d.smem_per_sm = (int64_t)ctx->smem_per_sm;
+    d.smem_per_block = (int64_t)ctx->smem_per_block_optin;
+    d.max_threads_per_sm = ctx->max_threads_per_sm;
+    d.regs_per_sm = ctx->regs_per_sm;
+    return d;
+}
+
+static stof_status choose(stof_ctx *ctx, const stof_attn_params *p, const attn_shape *s,
+                          stof_mask *mask, stof_attn_choice *out)
+{
+    const mask_tiles *t = stof_mask_tiles_view(mask);
+    if (ctx->device != STOF_DEVICE_GPU) {
+        out->kernel = STOF_ATTN_CPU;
+        out->block_m = t->tile_m;
+        out->block_n = t->tile_n;
+        out->warps = 0;
+        out->score = 0.0;
+        return STOF_OK;
+    }
+    if (p->kernel == STOF_ATTN_ROWWISE)
+        STOF_REQUIRE(attn_rowwise_available((int)s->D, t->tile_n), STOF_ERR_UNSUPPORTED,
+                     "the row-wise kernel takes tile_n <= 128 at head dims 32, 64, 128; the mask "
+                     "has tiles %dx%d and the head dim is %lld",
+                     t->tile_m, t->tile_n, (long long)s->D);
+    attn_problem prob = problem_of(s, mask);
+    attn_device dev = device_of(ctx);
+    return attn_select(&prob, &dev, p->kernel, out);
+}
+
+static void fill_launch(const attn_shape *s, const stof_tensor *q, const stof_tensor *k,
+                        const stof_tensor *v, const stof_tensor *out, stof_mask *mask,
+                        const stof_tensor *cu_q, const stof_tensor *cu_k, attn_launch *a)
+{
+    memset(a, 0, sizeof *a);
+    a->q = q->data;
+    a->k = k->data;
+    a->v = v->data;
+    a->out = out->data;
+    const stof_tensor *x[4] = {q, k, v, out};
+    int64_t *sb[4] = {&a->q_sb, &a->k_sb, &a->v_sb, &a->o_sb};
+    int64_t *sh[4] = {&a->q_sh, &a->k_sh, &a->v_sh, &a->o_sh};
+    int64_t *sl[4] = {&a->q_sl, &a->k_sl, &a->v_sl, &a->o_sl};
+    for (int i = 0; i < 4; i++) {
+        if (s->packed) {
+            *sb[i] = 0;
+            *sl[i] = x[i]->stride[0];
+            *sh[i] = x[i]->stride[1];
+        } else {
+            *sb[i] = x[i]->stride[0];
+            *sh[i] = x[i]->stride[1];
+            *sl[i] = x[i]->stride[2];
+        }
+    }
+    a->cu_q = s->packed ? (const int32_t *)cu_q->data : NULL;
+    a->cu_k = s->packed ? (const int32_t *)cu_k->data : NULL;
+    a->tq = s->Tq;
+    a->tk = s->Tk;
+    a->tiles = *stof_mask_tiles_view(mask);
+    a->batch = (int)s->B;
+    a->heads = (int)s->H;
+    a->lq = (int)s->Lq;
+    a->lk = (int)s->Lk;
+    a->head_dim = (int)s->D;
+    a->bf16 = s->dtype == STOF_BF16;
+    a->scale_log2 = (float)((double)s->scale * 1.4426950408889634);
+}
+
+stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
+                                const stof_attn_choice *choice, const stof_tensor *q,
+                                const stof_tensor *k, const stof_tensor *v, stof_mask *mask,
+                                const stof_tensor *cu_seqlens_q, const stof_tensor *cu_seqlens_k,
+                                stof_tensor *out)
+{
+    stof_attn_params p = params ? *params : stof_attn_default_params();
+    attn_shape s;
+    STOF_TRY(check_all(ctx, &p, q, k, v, mask, cu_seqlens_q, cu_seqlens_k, out, &s));
+    if (ctx->device != STOF_DEVICE_GPU)
+        return attn_cpu_run(&s, q, k, v, mask, cu_seqlens_q, cu_seqlens_k, out);
+    stof_attn_choice ch;
+    if (choice) {
+        const mask_tiles *t = stof_mask_tiles_view(mask);
+        ch = *choice;
+        STOF_REQUIRE(ch.kernel == STOF_ATTN_BLOCKWISE || ch.kernel == STOF_ATTN_ROWWISE,
+                     STOF_ERR_INVALID_ARG,
+                     "attention choice: kernel %d is not BLOCKWISE or ROWWISE", (int)ch.kernel);
+        if (ch.kernel == STOF_ATTN_BLOCKWISE) {
+            if (ch.block_m == 0) ch.block_m = 16 * ch.warps; /* one m-block per warp */
+            STOF_REQUIRE(attn_blockwise_available((int)s.D, t->tile_m, t->tile_n, ch.warps,
+                                                  ch.block_m),
+                         STOF_ERR_UNSUPPORTED,
+                         "no block-wise configuration with %d warps and %d-row blocks for head "
+                         "dim %lld and mask tiles %dx%d (tile shapes served: %s)",
+                         ch.warps, ch.block_m, (long long)s.D, t->tile_m, t->tile_n,
+                         attn_blockwise_shapes());
+        } else
+            STOF_REQUIRE(attn_rowwise_available((int)s.D, t->tile_n), STOF_ERR_UNSUPPORTED,
+                         "no row-wise kernel for head dim %lld and tile_n %d", (long long)s.D,
+                         t->tile_n);
+    } else {
+        STOF_TRY(choose(ctx, &p, &s, mask, &ch));
+    }
+    attn_launch a;
+    fill_launch(&s, q, k, v, out, mask, cu_seqlens_q, cu_seqlens_k, &a);
+    if (ch.kernel == STOF_ATTN_BLOCKWISE)
+        return attn_blockwise_run(&a, ch.warps, ch.block_m, ctx->stream);
+    return attn_rowwise_run(&a, ctx->stream);
+}
+
+stof_status stof_attention(stof_ctx *ctx, const stof_attn_params *params, const stof_tensor *q,
+                           const stof_tensor *k, const stof_tensor *v, stof_mask *mask,
+                           const stof_tensor *cu_seqlens_q, const stof_tensor *cu_seqlens_k,
+                           stof_tensor *out)
+{
+    return attn_attention_with(ctx, params, NULL, q, k, v, mask, cu_seqlens_q, cu_seqlens_k, out);
+}
+
+stof_status stof_attention_select(stof_ctx *ctx, const stof_attn_params *params,
+                                  const stof_tensor *q, stof_mask *mask, stof_attn_choice *out)
+{
+    STOF_REQUIRE(ctx, STOF_ERR_INVALID_ARG, "stof_attention_select: ctx is NULL");
+    STOF_REQUIRE(out, STOF_ERR_INVALID_ARG, "stof_attention_select: out is NULL");
+    stof_attn_params p = params ? *params : stof_attn_default_params();
+    STOF_TRY(check_params(&p));
+    STOF_TRY(check_mask_ctx(ctx, mask));
+    STOF_REQUIRE(q, STOF_ERR_INVALID_ARG, "tensor q is NULL");
+    attn_shape s;
+    STOF_TRY(check_q_layout(ctx, q, stof_mask_tiles_view(mask), q->ndim == 3, &s));
+    return choose(ctx, &p, &s, mask, out);
+}

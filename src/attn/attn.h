@@ -1,0 +1,84 @@
+/*
+ * attn.h — internals of the sparse attention part: the launch description
+ * shared by the host dispatcher (attention.c) and the two GPU kernels, and
+ * the entry points of those kernels.
+ *
+ * One description serves both layouts. Element (b, h, i, :) of q lives at
+ *     q + b * q_sb + h * q_sh + (cu_q ? cu_q[b] : 0) * q_sl + i * q_sl
+ * so the padded layout [B, H, L, D] (any strides) has cu_q == NULL, and the
+ * packed layout [T, H, D] has q_sb == 0, q_sl = the token stride and cu_q the
+ * device prefix sums. The same holds for k, v (cu_k) and out (cu_q).
+ */
+#ifndef STOF_ATTN_H
+#define STOF_ATTN_H
+
+#include "mask/mask.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct attn_launch {
+    const void *q, *k, *v;
+    void *out;
+    int64_t q_sb, q_sh, q_sl; /* element strides of batch, head and row */
+    int64_t k_sb, k_sh, k_sl;
+    int64_t v_sb, v_sh, v_sl;
+    int64_t o_sb, o_sh, o_sl;
+    const int32_t *cu_q, *cu_k; /* packed layout: device prefix sums [B+1]; NULL: padded */
+    int64_t tq, tk;             /* packed layout: token counts of q/out and of k/v */
+    mask_tiles tiles;           /* the compiled mask, device pointers */
+    int batch, heads, lq, lk, head_dim;
+    int bf16;         /* 1: bf16 inputs, 0: fp16 */
+    float scale_log2; /* softmax scale times log2(e): scores go through exp2 */
+} attn_launch;
+
+/* What validation learned about one call (attention.c). Lq and Lk are the
+ * mask's padded lengths; Tq and Tk the token counts of a packed batch. */
+typedef struct attn_shape {
+    bool packed;
+    stof_dtype dtype;
+    int64_t B, H, Lq, Lk, D;
+    int64_t Tq, Tk;
+    float scale; /* resolved: never 0 */
+} attn_shape;
+
+/* CPU context: the reference attention per (batch, head) on fp32 copies, with
+ * the dense mask decoded from the compiled tiles (attn_cpu.c). Inputs are
+ * validated already, except the packed lengths, which it reads and checks. */
+stof_status attn_cpu_run(const attn_shape *s, const stof_tensor *q, const stof_tensor *k,
+                         const stof_tensor *v, stof_mask *mask, const stof_tensor *cu_q,
+                         const stof_tensor *cu_k, stof_tensor *out);
+
+/* stof_attention with the kernel configuration given instead of selected
+ * (choice: kernel BLOCKWISE with its warps, or ROWWISE; NULL: the selector
+ * decides). For the tuner, which overrules the selector with measurements,
+ * and for tests that must run every configuration. */
+stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
+                                const stof_attn_choice *choice, const stof_tensor *q,
+                                const stof_tensor *k, const stof_tensor *v, stof_mask *mask,
+                                const stof_tensor *cu_seqlens_q, const stof_tensor *cu_seqlens_k,
+                                stof_tensor *out);
+
+/* Block-wise tensor-core kernel with `warps` warps per CTA and block_m query
+ * rows (16 or 32 per warp), tile_n keys per K/V tile. attn_blockwise_available
+ * says whether that configuration is instantiated for the head dim and can
+ * serve a mask of tile_m x tile_n tiles (block_m must divide tile_m). */
+int attn_blockwise_available(int head_dim, int tile_m, int tile_n, int warps, int block_m);
+/* "64x64, 128x64": the mask tile shapes some block-wise configuration serves. */
+const char *attn_blockwise_shapes(void);
+stof_status attn_blockwise_run(const attn_launch *a, int warps, int block_m, void *stream);
+/* Raises the dynamic shared-memory limit of every block-wise instantiation on
+ * the current device (once; attn_blockwise_run calls it). Call it before
+ * capturing a CUDA graph that contains attention. */
+stof_status attn_blockwise_prepare(void);
+
+/* Row-wise kernel: one warp per query row, any tile shape with tile_n <= 128. */
+int attn_rowwise_available(int head_dim, int tile_n);
+stof_status attn_rowwise_run(const attn_launch *a, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STOF_ATTN_H */

@@ -1,0 +1,161 @@
+/*
+ * select.c — the analytical selector of select.h: row-wise vs block-wise by
+ * STOF's density bound, then the block-wise configuration by an occupancy and
+ * bandwidth estimate. The formulas are written out in select.h.
+ */
+#include "attn/select.h"
+
+#include "core/core.h"
+
+#include <float.h>
+
+const attn_bw_config attn_bw_configs[ATTN_BW_NCONFIGS] = {
+    {4, 64, 64},
+    {8, 128, 64},
+    {4, 128, 64}, /* two m-blocks per warp: head dims 32 and 64 */
+};
+
+int attn_head_dim_supported(int head_dim)
+{
+    return head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+static double tiles16(int64_t len)
+{
+    return ceil((double)len / 16.0);
+}
+
+double attn_density16(const attn_problem *p)
+{
+    if (p->lq < 1 || p->lk < 1 || p->tile_m < 1 || p->tile_n < 1) return 0.0;
+    double n_trow = ceil((double)p->lq / p->tile_m);
+    double load16 = p->tiles_per_row * n_trow * ((double)p->tile_m * p->tile_n / 256.0);
+    double rho = load16 / (tiles16(p->lq) * tiles16(p->lk));
+    /* A tile reaching past the matrix loads zero-fill there, not memory. */
+    return rho < 1.0 ? rho : 1.0;
+}
+
+double attn_rowwise_bound(int lq, int lk)
+{
+    double n = sqrt(tiles16(lq > 1 ? lq : 1) * tiles16(lk > 1 ? lk : 1));
+    double lg = log2(n);
+    if (!(lg > 0.0)) return INFINITY;
+    return ATTN_TAU / (lg * lg);
+}
+
+int attn_bw_config_fits(const attn_bw_config *c, int head_dim, int tile_m, int tile_n)
+{
+    int mw = c->block_m / (16 * c->warps);
+    return attn_head_dim_supported(head_dim) && (mw == 1 || head_dim <= 64) &&
+           c->block_n == tile_n && tile_m >= c->block_m && tile_m % c->block_m == 0;
+}
+
+int64_t attn_bw_smem_bytes(int head_dim, int block_m, int block_n)
+{
+    int64_t pitch = (int64_t)(head_dim + 8) * 2;
+    return ((int64_t)block_m + 4 * (int64_t)block_n) * pitch;
+}
+
+/* Registers per thread reported by ptxas -v for sm_90 (fp16 and bf16 agree;
+ * no spills; sm_80 needs a few less). */
+int attn_bw_regs(int head_dim, const attn_bw_config *c)
+{
+    if (c->block_m == 32 * c->warps) return head_dim <= 32 ? 193 : 254; /* two m-blocks */
+    switch (head_dim) {
+    case 32: return c->warps <= 4 ? 122 : 118;
+    case 64: return c->warps <= 4 ? 167 : 159;
+    default: return c->warps <= 4 ? 243 : 221;
+    }
+}
+
+int attn_bw_ctas_per_sm(const attn_bw_config *c, int head_dim, const attn_device *dev)
+{
+    int threads = 32 * c->warps;
+    int64_t smem = attn_bw_smem_bytes(head_dim, c->block_m, c->block_n) + 1024; /* + reserved */
+    int64_t regs = (int64_t)attn_bw_regs(head_dim, c) * threads;
+    if (smem > dev->smem_per_block || threads > dev->max_threads_per_sm) return 0;
+    int64_t n = 32;
+    if (dev->smem_per_sm / smem < n) n = dev->smem_per_sm / smem;
+    if (dev->max_threads_per_sm / threads < n) n = dev->max_threads_per_sm / threads;
+    if (dev->regs_per_sm / regs < n) n = dev->regs_per_sm / regs;
+    return (int)n;
+}
+
+double attn_bw_score(const attn_bw_config *c, const attn_problem *p, const attn_device *dev)
+{
+    int per_sm = attn_bw_ctas_per_sm(c, p->head_dim, dev);
+    if (per_sm < 1 || dev->sm_count < 1 || p->tile_m < 1) return 0.0;
+    double n_trow = ceil((double)p->lq / p->tile_m);
+    double ctas = (double)p->batch * p->heads * n_trow * (double)(p->tile_m / c->block_m);
+    double slots = (double)per_sm * dev->sm_count;
+    double resident = ceil(ctas / dev->sm_count);
+    if (resident > per_sm) resident = per_sm;
+    double waves = ceil(ctas / slots);
+    double f_warp = 4.0 * ((double)c->block_m / c->warps) * c->block_n * p->head_dim;
+    double bytes_tile = 4.0 * c->block_n * p->head_dim; /* K and V, 2 bytes per element */
+    double t = f_warp / ATTN_R_WARP;
+    double t_sm = resident * c->warps * f_warp / ATTN_R_SM;
+    double t_smem = resident * c->warps * bytes_tile / ATTN_R_SMEM;
+    double t_l2 = resident * bytes_tile / ATTN_R_L2;
+    if (t_sm > t) t = t_sm;
+    if (t_smem > t) t = t_smem;
+    if (t_l2 > t) t = t_l2;
+    double tiles = p->tiles_per_row > 0 ? p->tiles_per_row : 1.0;
+    double time = waves * tiles * t;
+    return ctas * c->warps * tiles * f_warp / time;
+}
+
+static stof_attn_choice rowwise_choice(const attn_problem *p, double rho, double bound)
+{
+    stof_attn_choice ch;
+    ch.kernel = STOF_ATTN_ROWWISE;
+    ch.block_m = ATTN_ROWWISE_WARPS; /* one query row per warp */
+    ch.block_n = p->tile_n;
+    ch.warps = ATTN_ROWWISE_WARPS;
+    ch.score = rho > 0 ? bound / rho : INFINITY;
+    return ch;
+}
+
+stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn_kernel forced,
+                        stof_attn_choice *out)
+{
+    double rho = attn_density16(p);
+    double bound = attn_rowwise_bound(p->lq, p->lk);
+    if (forced == STOF_ATTN_ROWWISE) {
+        *out = rowwise_choice(p, rho, bound);
+        return STOF_OK;
+    }
+    int best = -1, fitting = 0;
+    double best_score = -1.0;
+    for (int i = 0; i < ATTN_BW_NCONFIGS; i++) {
+        const attn_bw_config *c = &attn_bw_configs[i];
+        if (!attn_bw_config_fits(c, p->head_dim, p->tile_m, p->tile_n)) continue;
+        fitting++;
+        double s = attn_bw_score(c, p, dev);
+        if (s > 0.0 && s > best_score) { /* 0: the CTA does not fit on this device */
+            best = i;
+            best_score = s;
+        }
+    }
+    if (forced == STOF_ATTN_BLOCKWISE) {
+        STOF_REQUIRE(best >= 0 || fitting == 0, STOF_ERR_UNSUPPORTED,
+                     "no block-wise configuration for head dim %d fits this device (%d SMs, "
+                     "%lld bytes of shared memory per SM)",
+                     p->head_dim, dev->sm_count, (long long)dev->smem_per_sm);
+        STOF_REQUIRE(best >= 0, STOF_ERR_UNSUPPORTED,
+                     "the block-wise kernel has no configuration for head dim %d and mask tiles "
+                     "%dx%d (it serves tiles 64x64 and 128x64 at head dims 32, 64 and 128; "
+                     "compile the mask with tile_m 64 or 128 and tile_n 64)",
+                     p->head_dim, p->tile_m, p->tile_n);
+    } else if (best < 0 || rho < bound) {
+        *out = rowwise_choice(p, rho, bound);
+        return STOF_OK;
+    }
+    const attn_bw_config *c = &attn_bw_configs[best];
+    out->kernel = STOF_ATTN_BLOCKWISE;
+    out->block_m = c->block_m;
+    out->block_n = c->block_n;
+    out->warps = c->warps;
+    out->score = best_score;
+    return STOF_OK;
+}

@@ -1,0 +1,250 @@
+/*
+ * config.c — template descriptors: the table of instantiated kernels, their
+ * validation, their shared-memory footprint and the rule-based default.
+ * Pure host logic (tested without a GPU). The smem formulas here are the
+ * ones the launchers use, so the kernels' carve-up and the checks agree.
+ */
+#include "fuse/fuse.h"
+#include "fuse/instances.h"
+
+#include <stdio.h>
+
+#define ROW_BIAS_ACT(bm, bn, bk, wm, wn, st) {FUSE_TPL_GEMM_BIAS_ACT, bm, bn, bk, wm, wn, st},
+#define ROW_RES_LN(bm, bn, bk, wm, wn, st) {FUSE_TPL_GEMM_RES_LN, bm, bn, bk, wm, wn, st},
+#define ROW_CHAIN(bm, bn, bk, wm, wn, st) {FUSE_TPL_FFN_CHAIN, bm, bn, bk, wm, wn, st},
+
+static const fuse_config gemm_bias_act_list[] = {FUSE_GEMM_BIAS_ACT_INSTANCES(ROW_BIAS_ACT)};
+static const fuse_config gemm_res_ln_list[] = {FUSE_GEMM_RES_LN_INSTANCES(ROW_RES_LN)};
+static const fuse_config ffn_chain_list[] = {FUSE_FFN_CHAIN_INSTANCES(ROW_CHAIN)};
+
+#define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+const char *fuse_act_name(fuse_act act)
+{
+    switch (act) {
+    case FUSE_ACT_NONE: return "none";
+    case FUSE_ACT_GELU: return "gelu";
+    case FUSE_ACT_GELU_TANH: return "gelu_tanh";
+    case FUSE_ACT_RELU: return "relu";
+    }
+    return "unknown";
+}
+
+const char *fuse_tpl_name(fuse_tpl tpl)
+{
+    switch (tpl) {
+    case FUSE_TPL_NONE: return "none";
+    case FUSE_TPL_GEMM_BIAS_ACT: return "gemm_bias_act";
+    case FUSE_TPL_GEMM_RES_LN: return "gemm_res_ln";
+    case FUSE_TPL_FFN_CHAIN: return "ffn_chain";
+    case FUSE_TPL_COUNT: break;
+    }
+    return "unknown";
+}
+
+const fuse_config *fuse_config_list(fuse_tpl tpl, int *count)
+{
+    const fuse_config *list = NULL;
+    int n = 0;
+    switch (tpl) {
+    case FUSE_TPL_GEMM_BIAS_ACT:
+        list = gemm_bias_act_list;
+        n = COUNT_OF(gemm_bias_act_list);
+        break;
+    case FUSE_TPL_GEMM_RES_LN:
+        list = gemm_res_ln_list;
+        n = COUNT_OF(gemm_res_ln_list);
+        break;
+    case FUSE_TPL_FFN_CHAIN:
+        list = ffn_chain_list;
+        n = COUNT_OF(ffn_chain_list);
+        break;
+    default: break;
+    }
+    if (count) *count = n;
+    return list;
+}
+
+int fuse_config_format(const fuse_config *c, char *buf, size_t cap)
+{
+    return snprintf(buf, cap, "%s %dx%dx%d w%dx%d s%d", fuse_tpl_name(c->tpl), c->block_m,
+                    c->block_n, c->block_k, c->warps_m, c->warps_n, c->stages);
+}
+
+bool fuse_chain_hidden_ok(int hidden)
+{
+#define HIDDEN_IS(h) || hidden == (h)
+    return false FUSE_FFN_CHAIN_HIDDENS(HIDDEN_IS);
+#undef HIDDEN_IS
+}
+
+static bool same_config(const fuse_config *a, const fuse_config *b)
+{
+    return a->tpl == b->tpl && a->block_m == b->block_m && a->block_n == b->block_n &&
+           a->block_k == b->block_k && a->warps_m == b->warps_m && a->warps_n == b->warps_n &&
+           a->stages == b->stages;
+}
+
+/* The rules every kernel of the family relies on; instantiated configs obey them. */
+static stof_status check_structure(const fuse_config *c)
+{
+    char name[96];
+    fuse_config_format(c, name, sizeof name);
+    STOF_REQUIRE(
+        c->block_m >= 16 && c->block_m <= 256 && c->block_m % 16 == 0, STOF_ERR_INVALID_ARG,
+        "fuse config %s: block_m %d is not a multiple of 16 in [16, 256]", name, c->block_m);
+    STOF_REQUIRE(
+        c->block_n >= 16 && c->block_n <= 256 && c->block_n % 16 == 0, STOF_ERR_INVALID_ARG,
+        "fuse config %s: block_n %d is not a multiple of 16 in [16, 256]", name, c->block_n);
+    STOF_REQUIRE(c->block_k == 32 || c->block_k == 64, STOF_ERR_INVALID_ARG,
+                 "fuse config %s: block_k %d is not 32 or 64", name, c->block_k);
+    STOF_REQUIRE(c->warps_m >= 1 && c->warps_n >= 1 && c->warps_m * c->warps_n <= 16,
+                 STOF_ERR_INVALID_ARG, "fuse config %s: %d x %d warps (1 to 16 in all)", name,
+                 c->warps_m, c->warps_n);
+    STOF_REQUIRE(c->stages >= 2 && c->stages <= 8, STOF_ERR_INVALID_ARG,
+                 "fuse config %s: stages %d is not in [2, 8]", name, c->stages);
+    STOF_REQUIRE(c->block_m % (16 * c->warps_m) == 0, STOF_ERR_INVALID_ARG,
+                 "fuse config %s: block_m %d does not split into %d warp rows of 16-row tiles",
+                 name, c->block_m, c->warps_m);
+    /* B fragments are loaded two n8 tiles at a time. */
+    STOF_REQUIRE(c->block_n % (16 * c->warps_n) == 0, STOF_ERR_INVALID_ARG,
+                 "fuse config %s: block_n %d does not split into %d warp columns of 16", name,
+                 c->block_n, c->warps_n);
+    if (c->tpl == FUSE_TPL_FFN_CHAIN) {
+        STOF_REQUIRE(c->warps_m == 1, STOF_ERR_INVALID_ARG,
+                     "fuse config %s: the FFN chain splits warps over columns only (warps_m %d)",
+                     name, c->warps_m);
+        STOF_REQUIRE(c->block_n % c->block_k == 0, STOF_ERR_INVALID_ARG,
+                     "fuse config %s: intermediate chunk %d is not a multiple of block_k %d", name,
+                     c->block_n, c->block_k);
+    }
+    return STOF_OK;
+}
+
+stof_status fuse_config_check(const fuse_config *c)
+{
+    STOF_REQUIRE(c, STOF_ERR_INVALID_ARG, "fuse config is NULL");
+    STOF_REQUIRE(c->tpl > FUSE_TPL_NONE && c->tpl < FUSE_TPL_COUNT, STOF_ERR_INVALID_ARG,
+                 "fuse config: unknown template %d", (int)c->tpl);
+    STOF_TRY(check_structure(c));
+    int n = 0;
+    const fuse_config *list = fuse_config_list(c->tpl, &n);
+    for (int i = 0; i < n; i++)
+        if (same_config(&list[i], c)) return STOF_OK;
+    char name[96];
+    fuse_config_format(c, name, sizeof name);
+    return stof_error(STOF_ERR_INVALID_ARG,
+                      "fuse config %s is well formed but not instantiated (fuse_config_list "
+                      "gives the %d compiled ones)",
+                      name, n);
+}
+
+static size_t half_tile_bytes(int rows, int cols)
+{
+    return (size_t)rows * (cols + FUSE_SMEM_PAD) * 2;
+}
+
+size_t fuse_config_smem_bytes(const fuse_config *c, int n)
+{
+    size_t stages = (size_t)c->stages;
+    switch (c->tpl) {
+    case FUSE_TPL_GEMM_BIAS_ACT:
+        return stages * half_tile_bytes(c->block_m + c->block_n, c->block_k);
+    case FUSE_TPL_GEMM_RES_LN:
+        /* pipeline + block_m fp32 rows of the pre-LayerNorm values */
+        return stages * half_tile_bytes(c->block_m + c->block_n, c->block_k) +
+               (size_t)c->block_m * ((size_t)n + FUSE_SMEM_PAD) * 4;
+    case FUSE_TPL_FFN_CHAIN: {
+        /* x block + intermediate chunk + ring of w1 [block_n x block_k] or
+         * w2 [hidden x K2] slices + two [warps x block_m] fp32 reductions */
+        size_t w1 = half_tile_bytes(c->block_n, c->block_k);
+        size_t w2 = half_tile_bytes(n, FUSE_CHAIN_K2);
+        return half_tile_bytes(c->block_m, n) + half_tile_bytes(c->block_m, c->block_n) +
+               stages * (w1 > w2 ? w1 : w2) + 2 * (size_t)c->warps_n * c->block_m * 4;
+    }
+    default: return 0;
+    }
+}
+
+stof_status fuse_config_check_shape(const fuse_config *c, int64_t m, int n, int k,
+                                    size_t smem_limit)
+{
+    STOF_TRY(fuse_config_check(c));
+    char name[96];
+    fuse_config_format(c, name, sizeof name);
+    STOF_REQUIRE(m >= 1 && m <= (int64_t)1 << 30, STOF_ERR_SHAPE, "%s: m = %lld rows (1 to 2^30)",
+                 name, (long long)m);
+    STOF_REQUIRE(n >= 8 && n % 8 == 0, STOF_ERR_SHAPE, "%s: n = %d is not a positive multiple of 8",
+                 name, n);
+    STOF_REQUIRE(k >= 8 && k % 8 == 0, STOF_ERR_SHAPE, "%s: k = %d is not a positive multiple of 8",
+                 name, k);
+    switch (c->tpl) {
+    case FUSE_TPL_GEMM_BIAS_ACT:
+        /* M tiles run along grid.y */
+        STOF_REQUIRE(stof_cdiv(m, c->block_m) <= 65535, STOF_ERR_SHAPE,
+                     "%s: m = %lld needs more than 65535 row blocks", name, (long long)m);
+        break;
+    case FUSE_TPL_GEMM_RES_LN:
+        STOF_REQUIRE(n <= FUSE_MAX_ROW_WIDTH, STOF_ERR_SHAPE,
+                     "%s: LayerNorm width n = %d is above %d", name, n, FUSE_MAX_ROW_WIDTH);
+        break;
+    case FUSE_TPL_FFN_CHAIN:
+        STOF_REQUIRE(fuse_chain_hidden_ok(n), STOF_ERR_UNSUPPORTED,
+                     "%s: hidden size %d is not one the FFN chain is compiled for (384, 768, "
+                     "1024)",
+                     name, n);
+        STOF_REQUIRE(n % c->block_k == 0 && n % (16 * c->warps_n) == 0, STOF_ERR_SHAPE,
+                     "%s: hidden size %d does not split into block_k %d slices and %d warps", name,
+                     n, c->block_k, c->warps_n);
+        STOF_REQUIRE(k % c->block_n == 0, STOF_ERR_SHAPE,
+                     "%s: intermediate size %d is not a multiple of the chunk %d", name, k,
+                     c->block_n);
+        break;
+    default: break;
+    }
+    size_t need = fuse_config_smem_bytes(c, n);
+    STOF_REQUIRE(need <= smem_limit, STOF_ERR_UNSUPPORTED,
+                 "%s: needs %zu bytes of shared memory per block at n = %d; the device offers %zu",
+                 name, need, n, smem_limit);
+    return STOF_OK;
+}
+
+static int64_t config_ctas(const fuse_config *c, int64_t m, int n)
+{
+    int64_t rows = stof_cdiv(m, c->block_m);
+    return c->tpl == FUSE_TPL_GEMM_BIAS_ACT ? rows * stof_cdiv(n, c->block_n) : rows;
+}
+
+fuse_config fuse_config_default(fuse_tpl tpl, int64_t m, int n, int k, int sm_count,
+                                size_t smem_limit)
+{
+    fuse_config best = {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0};
+    int count = 0;
+    const fuse_config *list = fuse_config_list(tpl, &count);
+    int64_t best_ctas = 0;
+    int64_t best_area = 0;
+    for (int i = 0; i < count; i++) {
+        const fuse_config *c = &list[i];
+        if (fuse_config_check_shape(c, m, n, k, smem_limit) != STOF_OK) continue;
+        int64_t ctas = config_ctas(c, m, n);
+        int64_t area = (int64_t)c->block_m * c->block_n;
+        bool fills = ctas >= sm_count;
+        bool best_fills = best_ctas >= sm_count;
+        bool better;
+        if (best.tpl == FUSE_TPL_NONE)
+            better = true;
+        else if (fills != best_fills)
+            better = fills;
+        else if (fills)
+            better = area > best_area; /* enough CTAs: bigger tiles reuse more */
+        else                           /* too few CTAs: spread wider, and waste less on a tie */
+            better = ctas > best_ctas || (ctas == best_ctas && area < best_area);
+        if (better) {
+            best = *c;
+            best_ctas = ctas;
+            best_area = area;
+        }
+    }
+    stof_clear_error(); /* rejected candidates are not the caller's error */
+    return best;
+}

@@ -1,0 +1,248 @@
+/*
+ * fuse.h — the GPU operators around attention: GEMM templates with fused
+ * epilogues, the cuBLASLt path, row kernels (bias + activation, LayerNorm,
+ * embeddings, pack/unpack, mean pooling) and the segment functions that run a
+ * layer segment through either a stof template or cuBLASLt + row kernels.
+ *
+ * Conventions shared by every call here:
+ *  - the ctx is a GPU context; work is enqueued on ctx->stream and nothing is
+ *    allocated on the device while running (a caller-provided fuse_ws feeds
+ *    cuBLASLt; the FFN split path takes its intermediate buffer from the caller);
+ *  - activations, weights and outputs share one dtype, F16 or BF16, row-major
+ *    and contiguous; accumulation and statistics are fp32;
+ *  - every device pointer is 16-byte aligned and widths (features) are
+ *    multiples of 8, so rows move in 16-byte vectors;
+ *  - linear layers follow PyTorch: w is [out, in], y = x w^T + b.
+ * Invalid arguments return a status with a message naming the value; a ctx is
+ * used by one host thread at a time.
+ */
+#ifndef STOF_FUSE_H
+#define STOF_FUSE_H
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Same numbering as cpu_act in src/cpu/cpu_ref.h. */
+typedef enum fuse_act {
+    FUSE_ACT_NONE = 0,
+    FUSE_ACT_GELU = 1,      /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
+    FUSE_ACT_GELU_TANH = 2, /* tanh approximation (cuBLASLt's GELU epilogue) */
+    FUSE_ACT_RELU = 3
+} fuse_act;
+
+const char *fuse_act_name(fuse_act act);
+
+/* Largest width the row kernels (LayerNorm, embeddings) accept. */
+#define FUSE_MAX_ROW_WIDTH 8192
+/* Workspace the cuBLASLt path asks for; less (even none) works with fewer algorithms. */
+#define FUSE_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+/* Device scratch a caller lends to a call (taken once from stof_ctx_workspace). */
+typedef struct fuse_ws {
+    void *ptr;
+    size_t bytes;
+} fuse_ws;
+
+/* ------------------------------------------------------------ template descriptors */
+
+typedef enum fuse_tpl {
+    FUSE_TPL_NONE = 0,          /* "choose by rule" where a config is optional */
+    FUSE_TPL_GEMM_BIAS_ACT = 1, /* y = act(x w^T + b) */
+    FUSE_TPL_GEMM_RES_LN = 2,   /* y = LN(x w^T + b + residual): a CTA owns block_m full rows */
+    FUSE_TPL_FFN_CHAIN = 3,     /* y = [LN](act(x w1^T + b1) w2^T + b2 [+ residual]) */
+    FUSE_TPL_COUNT = 4
+} fuse_tpl;
+
+const char *fuse_tpl_name(fuse_tpl tpl);
+
+/*
+ * One instantiated kernel of a template. Meaning of the tile fields:
+ *   GEMM_BIAS_ACT  block_m x block_n output tile, block_k deep slices;
+ *   GEMM_RES_LN    block_m full rows, computed block_n columns at a time;
+ *   FFN_CHAIN      block_m full rows, the intermediate kept on chip block_n
+ *                  columns at a time (its hidden size is a template parameter
+ *                  too: fuse_chain_hidden_ok).
+ * warps_m x warps_n warps split the tile; stages is the cp.async pipeline depth.
+ */
+typedef struct fuse_config {
+    fuse_tpl tpl;
+    int block_m, block_n, block_k;
+    int warps_m, warps_n;
+    int stages;
+} fuse_config;
+
+/* The instantiated configs of a template (a tuner enumerates these). */
+const fuse_config *fuse_config_list(fuse_tpl tpl, int *count);
+/* OK when c names an instantiated kernel; else INVALID_ARG naming the bad field. */
+stof_status fuse_config_check(const fuse_config *c);
+/* True for the hidden sizes FFN_CHAIN is instantiated for (384, 768, 1024). */
+bool fuse_chain_hidden_ok(int hidden);
+/*
+ * Dynamic shared memory the kernel needs. n: output width (GEMM_RES_LN keeps
+ * block_m full fp32 rows on chip) or hidden size (FFN_CHAIN); ignored otherwise.
+ */
+size_t fuse_config_smem_bytes(const fuse_config *c, int n);
+/*
+ * OK when c can run these shapes on a device offering smem_limit bytes per
+ * block; else SHAPE or UNSUPPORTED with the reason. GEMM templates: m x n out,
+ * k in. FFN_CHAIN: n = hidden, k = intermediate.
+ */
+stof_status fuse_config_check_shape(const fuse_config *c, int64_t m, int n, int k,
+                                    size_t smem_limit);
+/*
+ * The rule-based choice among the configs that fit: the largest tile that
+ * still gives every SM a CTA, else the one with the most CTAs (the smaller
+ * tile on a tie). The result's tpl is NONE when none fits.
+ */
+fuse_config fuse_config_default(fuse_tpl tpl, int64_t m, int n, int k, int sm_count,
+                                size_t smem_limit);
+/* "gemm_res_ln 32x128x32 w1x4 s3" (snprintf semantics). */
+int fuse_config_format(const fuse_config *c, char *buf, size_t cap);
+
+/* ------------------------------------------------------------ operands */
+
+/* A linear layer with its epilogue operands. */
+typedef struct fuse_linear_args {
+    stof_dtype dtype;         /* F16 or BF16, for every tensor below */
+    int64_t m;                /* rows (tokens), >= 1 */
+    int n, k;                 /* out and in features, multiples of 8 */
+    const void *x;            /* [m, k] */
+    const void *w;            /* [n, k] */
+    const void *bias;         /* [n], or NULL */
+    fuse_act act;             /* linear_act only */
+    const void *residual;     /* [m, n]: linear_res_ln only; may equal y */
+    const void *gamma, *beta; /* [n]: linear_res_ln only */
+    float eps;                /* LayerNorm epsilon, > 0 */
+    void *y;                  /* [m, n]; must not overlap x */
+} fuse_linear_args;
+
+/* The feed-forward block y = LN(act(x w1^T + b1) w2^T + b2 + residual). */
+typedef struct fuse_ffn_args {
+    stof_dtype dtype;
+    int64_t m;
+    int hidden, inter;   /* multiples of 8 */
+    const void *x;       /* [m, hidden] */
+    const void *w1, *b1; /* [inter, hidden], [inter] (b1 may be NULL) */
+    fuse_act act;
+    const void *w2, *b2;      /* [hidden, inter], [hidden] (b2 may be NULL) */
+    const void *residual;     /* [m, hidden] or NULL; may equal x and y */
+    const void *gamma, *beta; /* [hidden], or both NULL for no LayerNorm */
+    float eps;
+    void *y;         /* [m, hidden]; may equal x */
+    void *inter_buf; /* [m, inter]: the split path's intermediate (not for the chain) */
+} fuse_ffn_args;
+
+/* ------------------------------------------------------------ segments */
+
+typedef enum fuse_path {
+    FUSE_PATH_CUBLASLT = 0, /* cuBLASLt GEMM (bias/ReLU/tanh-GELU epilogues) + row kernels */
+    FUSE_PATH_STOF = 1      /* the stof template of the segment, one kernel */
+} fuse_path;
+
+typedef struct fuse_choice {
+    fuse_path path;
+    fuse_config config; /* FUSE_PATH_STOF: the kernel; tpl NONE: the rule-based default */
+} fuse_choice;
+
+/* QKV and FFN1: y = act(x w^T + b). ws feeds cuBLASLt (may be empty). */
+stof_status fuse_linear_act(stof_ctx *ctx, const fuse_choice *choice, const fuse_linear_args *args,
+                            fuse_ws ws);
+/* Attention output projection and FFN2: y = LN(x w^T + b + residual). */
+stof_status fuse_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
+                               const fuse_linear_args *args, fuse_ws ws);
+/* The whole FFN: STOF runs the chain template (intermediate on chip), CUBLASLT
+ * runs two GEMMs through args->inter_buf. */
+stof_status fuse_ffn(stof_ctx *ctx, const fuse_choice *choice, const fuse_ffn_args *args,
+                     fuse_ws ws);
+
+/* ------------------------------------------------------------ templates, directly */
+
+stof_status fuse_run_gemm_bias_act(stof_ctx *ctx, const fuse_config *c,
+                                   const fuse_linear_args *args);
+stof_status fuse_run_gemm_res_ln(stof_ctx *ctx, const fuse_config *c, const fuse_linear_args *args);
+stof_status fuse_run_ffn_chain(stof_ctx *ctx, const fuse_config *c, const fuse_ffn_args *args);
+
+/* ------------------------------------------------------------ cuBLASLt */
+
+/*
+ * y = epilogue(x w^T + bias + residual) with cuBLASLt: act NONE, RELU or
+ * GELU_TANH (its GELU epilogue is the tanh approximation; GELU gives
+ * UNSUPPORTED: use epilogue NONE and fuse_bias_act). residual (beta = 1, may
+ * equal y) only with act NONE. The handle lives in ctx->cublaslt; descriptors
+ * and the chosen algorithm are cached per (m, n, k, dtype, epilogue, alignment,
+ * workspace), so a repeated shape makes no heuristic query.
+ */
+stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *args, fuse_act act,
+                         const void *residual, fuse_ws ws);
+/* Number of cached cuBLASLt plans (for tests). */
+int fuse_lt_cached_plans(const stof_ctx *ctx);
+
+/* ------------------------------------------------------------ row kernels */
+
+/* y[m, n] = act(x[m, n] + bias[n]); bias may be NULL; y may equal x. */
+stof_status fuse_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n, const void *x,
+                          const void *bias, fuse_act act, void *y);
+/* y = LN(x + residual) * gamma + beta over rows of width cols (8..8192, multiple
+ * of 8); residual may be NULL; y may equal x or residual. */
+stof_status fuse_add_layernorm(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int cols,
+                               const void *x, const void *residual, const void *gamma,
+                               const void *beta, float eps, void *y);
+/* y = LN(x + bias + residual) * gamma + beta; y may equal x or residual. */
+stof_status fuse_bias_residual_layernorm(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int cols,
+                                         const void *x, const void *bias, const void *residual,
+                                         const void *gamma, const void *beta, float eps, void *y);
+
+/*
+ * Padding-free batches. cu_seqlens: device I32 [batch + 1], prefix sums of
+ * lengths in [0, len]. Rows are width elements of dtype (F32, F16, BF16, I32).
+ * Device-side values are never trusted for addressing: a sequence longer than
+ * len is cut at len and rows past packed_cap are neither read nor written.
+ */
+stof_status fuse_cu_seqlens(stof_ctx *ctx, const int32_t *lengths, int batch, int len,
+                            int32_t *cu_seqlens);
+/* packed[t] <- padded[b, i] for i < length b. */
+stof_status fuse_pack(stof_ctx *ctx, stof_dtype dtype, const void *padded,
+                      const int32_t *cu_seqlens, int batch, int len, int width, void *packed,
+                      int64_t packed_cap);
+/* padded[b, i] <- packed row, zeros for i >= length b. */
+stof_status fuse_unpack(stof_ctx *ctx, stof_dtype dtype, const void *packed,
+                        const int32_t *cu_seqlens, int batch, int len, int width, void *padded,
+                        int64_t packed_cap);
+/* positions[t] = index of packed token t inside its sequence. */
+stof_status fuse_packed_positions(stof_ctx *ctx, const int32_t *cu_seqlens, int batch, int len,
+                                  int32_t *positions, int64_t packed_cap);
+
+/* Embedding tables and their LayerNorm (all dtype, hidden wide). */
+typedef struct fuse_embed_tables {
+    const void *word;     /* [vocab, hidden] */
+    const void *position; /* [max_pos, hidden] */
+    const void *type;     /* [type_vocab, hidden] */
+    const void *gamma, *beta;
+    int vocab, max_pos, type_vocab, hidden;
+    float eps;
+} fuse_embed_tables;
+
+/*
+ * out[t] = LN(word[ids[t]] + position[positions[t]] + type[types[t]]) for t <
+ * tokens; types may be NULL (type 0). Indices are validated by the caller on
+ * the host; an index out of its table gives a row of NaN instead of a read
+ * outside it.
+ */
+stof_status fuse_embeddings(stof_ctx *ctx, stof_dtype dtype, const fuse_embed_tables *tables,
+                            const int32_t *ids, const int32_t *positions, const int32_t *types,
+                            int64_t tokens, void *out);
+
+/* out[b] = mean of the packed rows of sequence b (zeros when empty); in_dtype
+ * F16/BF16, out_dtype that or F32. */
+stof_status fuse_mean_pool(stof_ctx *ctx, stof_dtype in_dtype, const void *packed,
+                           const int32_t *cu_seqlens, int batch, int width, int64_t packed_cap,
+                           stof_dtype out_dtype, void *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STOF_FUSE_H */

@@ -1,0 +1,40 @@
+/*
+ * instances.h — the fixed set of template instantiations, as X-macros so the
+ * host-side descriptor table (config.c) and the kernel dispatch (*.cu) cannot
+ * drift apart. X(block_m, block_n, block_k, warps_m, warps_n, stages).
+ * Kept small on purpose: every entry is compiled for two dtypes and each
+ * CUDA architecture.
+ */
+#ifndef STOF_FUSE_INSTANCES_H
+#define STOF_FUSE_INSTANCES_H
+
+/* Output tile block_m x block_n. */
+#define FUSE_GEMM_BIAS_ACT_INSTANCES(X)                                                            \
+    X(128, 256, 32, 2, 4, 3)                                                                       \
+    X(128, 128, 32, 2, 4, 4)                                                                       \
+    X(64, 128, 32, 2, 2, 4)                                                                        \
+    X(64, 64, 64, 2, 2, 3)                                                                         \
+    X(32, 64, 64, 1, 4, 3)
+
+/* block_m full rows, block_n columns per chunk. */
+#define FUSE_GEMM_RES_LN_INSTANCES(X)                                                              \
+    X(16, 128, 64, 1, 4, 3)                                                                        \
+    X(32, 128, 32, 1, 4, 3)                                                                        \
+    X(64, 128, 32, 2, 4, 3)
+
+/* block_m full rows, block_n intermediate columns per chunk; warps_m is 1. */
+#define FUSE_FFN_CHAIN_INSTANCES(X)                                                                \
+    X(32, 128, 32, 1, 8, 2)                                                                        \
+    X(16, 64, 32, 1, 4, 3)
+
+/* Hidden sizes the chain is compiled for (its output row lives in registers). */
+#define FUSE_FFN_CHAIN_HIDDENS(X) X(384) X(768) X(1024)
+
+/* The chain streams w2 in k slices of this depth (one mma k step), so that a
+ * pipeline stage holding hidden x slice stays small. */
+#define FUSE_CHAIN_K2 16
+
+/* Padding (elements) after each shared-memory row: staggers ldmatrix rows over banks. */
+#define FUSE_SMEM_PAD 8
+
+#endif /* STOF_FUSE_INSTANCES_H */

@@ -1,0 +1,65 @@
+/*
+ * internal.h — what the files of src/fuse share and nobody else uses: the
+ * argument checks and the kernel launchers. Launchers assume checked
+ * arguments; the public functions in fuse.h check first.
+ */
+#ifndef STOF_FUSE_INTERNAL_H
+#define STOF_FUSE_INTERNAL_H
+
+#include "fuse/fuse.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- checks: each returns OK or an error naming `what` (the calling op) */
+
+stof_status fuse_check_ctx(const stof_ctx *ctx, const char *what);
+stof_status fuse_check_dtype(stof_dtype dtype, const char *what);
+/* Non-NULL and 16-byte aligned. */
+stof_status fuse_check_ptr(const void *p, const char *name, const char *what);
+/* NULL allowed; otherwise 16-byte aligned. */
+stof_status fuse_check_opt_ptr(const void *p, const char *name, const char *what);
+/* A feature count: 8 <= n <= max and a multiple of 8. */
+stof_status fuse_check_width(int64_t n, int64_t max, const char *name, const char *what);
+stof_status fuse_check_rows(int64_t m, const char *name, const char *what);
+stof_status fuse_check_act(fuse_act act, const char *what);
+stof_status fuse_check_eps(float eps, const char *what);
+/* True when [a, a + a_bytes) and [b, b + b_bytes) share a byte. */
+bool fuse_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes);
+/* Shared memory a block may use on the ctx's device. */
+size_t fuse_smem_limit(const stof_ctx *ctx);
+
+/* ---- launchers (the .cu files of src/fuse) */
+
+stof_status fuse_launch_gemm_bias_act(stof_ctx *ctx, const fuse_config *c,
+                                      const fuse_linear_args *a);
+stof_status fuse_launch_gemm_res_ln(stof_ctx *ctx, const fuse_config *c, const fuse_linear_args *a);
+stof_status fuse_launch_ffn_chain(stof_ctx *ctx, const fuse_config *c, const fuse_ffn_args *a);
+
+stof_status fuse_launch_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n, const void *x,
+                                 const void *bias, fuse_act act, void *y);
+/* y = LN(x + bias + residual) * gamma + beta; bias and residual may be NULL. */
+stof_status fuse_launch_layernorm(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int cols,
+                                  const void *x, const void *bias, const void *residual,
+                                  const void *gamma, const void *beta, float eps, void *y);
+stof_status fuse_launch_embeddings(stof_ctx *ctx, stof_dtype dtype, const fuse_embed_tables *t,
+                                   const int32_t *ids, const int32_t *positions,
+                                   const int32_t *types, int64_t tokens, void *out);
+stof_status fuse_launch_cu_seqlens(stof_ctx *ctx, const int32_t *lengths, int batch, int len,
+                                   int32_t *cu_seqlens);
+/* Moves rows of row_bytes between padded [batch, len] and packed [cap] layouts. */
+stof_status fuse_launch_pack_rows(stof_ctx *ctx, const void *src, const int32_t *cu_seqlens,
+                                  int batch, int len, int64_t row_bytes, void *dst,
+                                  int64_t packed_cap, bool unpack);
+stof_status fuse_launch_positions(stof_ctx *ctx, const int32_t *cu_seqlens, int batch, int len,
+                                  int32_t *positions, int64_t packed_cap);
+stof_status fuse_launch_mean_pool(stof_ctx *ctx, stof_dtype in_dtype, const void *packed,
+                                  const int32_t *cu_seqlens, int batch, int width,
+                                  int64_t packed_cap, stof_dtype out_dtype, void *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STOF_FUSE_INTERNAL_H */

@@ -1,0 +1,474 @@
+/*
+ * rows.cu — the memory-bound kernels around the GEMMs: bias + activation,
+ * (bias +) residual + LayerNorm, fused BERT embeddings + LayerNorm, and the
+ * padding-free helpers (cu_seqlens, pack/unpack, positions, mean pooling).
+ *
+ * LayerNorm keeps a row in registers between the statistics and the output:
+ * rows up to 1024 wide take one warp each, wider ones (to 8192) a 256-thread
+ * CTA; each thread holds up to four 16-byte vectors. Statistics are two-pass
+ * (mean, then squared deviations) in fp32 over the values in registers.
+ * Device-side indices (cu_seqlens, token ids) are clamped, never trusted.
+ */
+#include "fuse/internal.h"
+#include "fuse/mma.cuh"
+
+static __device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over the TPR threads that share a row (TPR 32: one warp; else the CTA). */
+template <int TPR> static __device__ __forceinline__ float row_sum(float v, float *red)
+{
+    v = warp_sum(v);
+    if (TPR == 32) return v;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < TPR / 32; i++)
+        s += red[i];
+    __syncthreads(); /* red is reused by the next reduction */
+    return s;
+}
+
+/* Normalise the row this thread group holds (vector i of thread `lane` is
+ * columns (lane + i * TPR) * 8 ..) and store it. */
+template <typename T, int TPR, int VPL>
+static __device__ __forceinline__ void layernorm_store(float (&v)[VPL][8], int lane, int cols,
+                                                       const T *gamma, const T *beta, float eps,
+                                                       T *out, float *red)
+{
+    const int nvec = cols / 8;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPL; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            s += v[i][j]; /* unused vectors are zero */
+    const float mean = row_sum<TPR>(s, red) / (float)cols;
+    float q = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        if (lane + i * TPR < nvec) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float d = v[i][j] - mean;
+                q += d * d;
+            }
+        }
+    }
+    const float rstd = rsqrtf(row_sum<TPR>(q, red) / (float)cols + eps);
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        int c = (lane + i * TPR) * 8;
+        if (c < cols) {
+            float g[8], b[8], o[8];
+            load8(g, gamma + c);
+            load8(b, beta + c);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                o[j] = (v[i][j] - mean) * rstd * g[j] + b[j];
+            store8(out + c, o);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- bias + activation */
+
+template <typename T>
+__global__ void bias_act_kernel(const T *x, const T *__restrict__ bias, T *y, int64_t nvec,
+                                int row_vecs, int act)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nvec;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v[8];
+        load8(v, x + i * 8);
+        if (bias) {
+            float b[8];
+            load8(b, bias + (i % row_vecs) * 8);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                v[j] += b[j];
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            v[j] = act_apply(v[j], act);
+        store8(y + i * 8, v);
+    }
+}
+
+template <typename T>
+static stof_status launch_bias_act_t(stof_ctx *ctx, int64_t m, int n, const void *x,
+                                     const void *bias, fuse_act act, void *y)
+{
+    int64_t nvec = m * n / 8;
+    int64_t blocks = stof_cdiv(nvec, 256);
+    int64_t cap = (int64_t)ctx->sm_count * 8;
+    if (blocks > cap) blocks = cap;
+    bias_act_kernel<T><<<(unsigned)blocks, 256, 0, (cudaStream_t)ctx->stream>>>(
+        (const T *)x, (const T *)bias, (T *)y, nvec, n / 8, (int)act);
+    return STOF_CUDA(cudaGetLastError());
+}
+
+extern "C" stof_status fuse_launch_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n,
+                                            const void *x, const void *bias, fuse_act act, void *y)
+{
+    if (dtype == STOF_BF16) return launch_bias_act_t<__nv_bfloat16>(ctx, m, n, x, bias, act, y);
+    return launch_bias_act_t<__half>(ctx, m, n, x, bias, act, y);
+}
+
+/* ---------------------------------------------------------------- (bias +) residual + LayerNorm */
+
+template <typename T, int TPR, int VPL>
+__global__ void layernorm_kernel(const T *x, const T *__restrict__ bias, const T *residual,
+                                 const T *__restrict__ gamma, const T *__restrict__ beta, T *y,
+                                 int64_t rows, int cols, float eps)
+{
+    __shared__ float red[TPR / 32];
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
+    const int lane = threadIdx.x % TPR;
+    if (row >= rows) return; /* a whole row group leaves together */
+    const int nvec = cols / 8;
+    const T *xr = x + row * cols;
+    const T *rr = residual ? residual + row * cols : NULL;
+    float v[VPL][8];
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        int c = lane + i * TPR;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            v[i][j] = 0.f;
+        if (c < nvec) {
+            load8(v[i], xr + c * 8);
+            float o[8];
+            if (bias) {
+                load8(o, bias + c * 8);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    v[i][j] += o[j];
+            }
+            if (rr) {
+                load8(o, rr + c * 8);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    v[i][j] += o[j];
+            }
+        }
+    }
+    /* every read of this row is done: y may be x or residual */
+    layernorm_store<T, TPR, VPL>(v, lane, cols, gamma, beta, eps, y + row * cols, red);
+}
+
+template <typename T, int TPR, int VPL>
+static stof_status launch_layernorm_tv(stof_ctx *ctx, int64_t rows, int cols, const void *x,
+                                       const void *bias, const void *residual, const void *gamma,
+                                       const void *beta, float eps, void *y)
+{
+    const int threads = TPR == 32 ? 128 : TPR;
+    const int rows_per_block = threads / TPR;
+    layernorm_kernel<T, TPR, VPL>
+        <<<(unsigned)stof_cdiv(rows, rows_per_block), threads, 0, (cudaStream_t)ctx->stream>>>(
+            (const T *)x, (const T *)bias, (const T *)residual, (const T *)gamma, (const T *)beta,
+            (T *)y, rows, cols, eps);
+    return STOF_CUDA(cudaGetLastError());
+}
+
+template <typename T>
+static stof_status launch_layernorm_t(stof_ctx *ctx, int64_t rows, int cols, const void *x,
+                                      const void *bias, const void *residual, const void *gamma,
+                                      const void *beta, float eps, void *y)
+{
+    int nvec = cols / 8;
+#define LN_CASE(tpr, vpl)                                                                          \
+    if (nvec <= (tpr) * (vpl))                                                                     \
+        return launch_layernorm_tv<T, tpr, vpl>(ctx, rows, cols, x, bias, residual, gamma, beta,   \
+                                                eps, y);
+    LN_CASE(32, 1)
+    LN_CASE(32, 2) LN_CASE(32, 3) LN_CASE(32, 4) LN_CASE(256, 1) LN_CASE(256, 2) LN_CASE(256, 3)
+        LN_CASE(256, 4)
+#undef LN_CASE
+            return stof_error(STOF_ERR_INTERNAL, "layernorm: width %d is too wide", cols);
+}
+
+extern "C" stof_status fuse_launch_layernorm(stof_ctx *ctx, stof_dtype dtype, int64_t rows,
+                                             int cols, const void *x, const void *bias,
+                                             const void *residual, const void *gamma,
+                                             const void *beta, float eps, void *y)
+{
+    if (dtype == STOF_BF16)
+        return launch_layernorm_t<__nv_bfloat16>(ctx, rows, cols, x, bias, residual, gamma, beta,
+                                                 eps, y);
+    return launch_layernorm_t<__half>(ctx, rows, cols, x, bias, residual, gamma, beta, eps, y);
+}
+
+/* ---------------------------------------------------------------- embeddings */
+
+template <typename T, int TPR, int VPL>
+__global__ void embeddings_kernel(const int32_t *__restrict__ ids,
+                                  const int32_t *__restrict__ positions,
+                                  const int32_t *__restrict__ types, fuse_embed_tables tb,
+                                  int64_t tokens, T *__restrict__ out)
+{
+    __shared__ float red[TPR / 32];
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
+    const int lane = threadIdx.x % TPR;
+    if (row >= tokens) return;
+    const int cols = tb.hidden, nvec = cols / 8;
+    const int id = ids[row], pos = positions[row], tt = types ? types[row] : 0;
+    T *o = out + row * cols;
+    if (id < 0 || id >= tb.vocab || pos < 0 || pos >= tb.max_pos || tt < 0 || tt >= tb.type_vocab) {
+        float nan8[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            nan8[j] = __int_as_float(0x7fc00000);
+        for (int c = lane; c < nvec; c += TPR)
+            store8(o + c * 8, nan8);
+        return;
+    }
+    const T *wr = (const T *)tb.word + (int64_t)id * cols;
+    const T *pr = (const T *)tb.position + (int64_t)pos * cols;
+    const T *tr = (const T *)tb.type + (int64_t)tt * cols;
+    float v[VPL][8];
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        int c = lane + i * TPR;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            v[i][j] = 0.f;
+        if (c < nvec) {
+            float a[8], b[8];
+            load8(v[i], wr + c * 8);
+            load8(a, pr + c * 8);
+            load8(b, tr + c * 8);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                v[i][j] += a[j] + b[j];
+        }
+    }
+    layernorm_store<T, TPR, VPL>(v, lane, cols, (const T *)tb.gamma, (const T *)tb.beta, tb.eps, o,
+                                 red);
+}
+
+template <typename T>
+static stof_status launch_embeddings_t(stof_ctx *ctx, const fuse_embed_tables *tb,
+                                       const int32_t *ids, const int32_t *positions,
+                                       const int32_t *types, int64_t tokens, void *out)
+{
+    int nvec = tb->hidden / 8;
+#define EMB_CASE(tpr, vpl)                                                                         \
+    if (nvec <= (tpr) * (vpl)) {                                                                   \
+        const int threads = (tpr) == 32 ? 128 : (tpr);                                             \
+        embeddings_kernel<T, tpr, vpl>                                                             \
+            <<<(unsigned)stof_cdiv(tokens, threads / (tpr)), threads, 0,                           \
+               (cudaStream_t)ctx->stream>>>(ids, positions, types, *tb, tokens, (T *)out);         \
+        return STOF_CUDA(cudaGetLastError());                                                      \
+    }
+    EMB_CASE(32, 1)
+    EMB_CASE(32, 2) EMB_CASE(32, 3) EMB_CASE(32, 4) EMB_CASE(256, 1) EMB_CASE(256, 2)
+        EMB_CASE(256, 3) EMB_CASE(256, 4)
+#undef EMB_CASE
+            return stof_error(STOF_ERR_INTERNAL, "embeddings: hidden %d is too wide", tb->hidden);
+}
+
+extern "C" stof_status fuse_launch_embeddings(stof_ctx *ctx, stof_dtype dtype,
+                                              const fuse_embed_tables *t, const int32_t *ids,
+                                              const int32_t *positions, const int32_t *types,
+                                              int64_t tokens, void *out)
+{
+    if (dtype == STOF_BF16)
+        return launch_embeddings_t<__nv_bfloat16>(ctx, t, ids, positions, types, tokens, out);
+    return launch_embeddings_t<__half>(ctx, t, ids, positions, types, tokens, out);
+}
+
+/* ---------------------------------------------------------------- padding-free helpers */
+
+/* Length of sequence b from cu_seqlens, cut to [0, len]; *start is clamped to >= 0. */
+static __device__ __forceinline__ int seq_extent(const int32_t *cu, int b, int len, int64_t *start)
+{
+    int s = cu[b], e = cu[b + 1];
+    int n = e - s;
+    *start = s < 0 ? 0 : s;
+    if (s < 0 || n < 0) return 0;
+    return n > len ? len : n;
+}
+
+/* One warp prefix-sums the lengths, 32 at a time. */
+__global__ void cu_seqlens_kernel(const int32_t *__restrict__ lengths, int batch, int len,
+                                  int32_t *__restrict__ cu)
+{
+    const int lane = threadIdx.x;
+    int carry = 0;
+    if (lane == 0) cu[0] = 0;
+    for (int b0 = 0; b0 < batch; b0 += 32) {
+        int b = b0 + lane;
+        int v = b < batch ? lengths[b] : 0;
+        v = v < 0 ? 0 : (v > len ? len : v);
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int u = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v += u;
+        }
+        if (b < batch) cu[b + 1] = carry + v;
+        carry += __shfl_sync(0xffffffffu, v, 31);
+    }
+}
+
+extern "C" stof_status fuse_launch_cu_seqlens(stof_ctx *ctx, const int32_t *lengths, int batch,
+                                              int len, int32_t *cu_seqlens)
+{
+    cu_seqlens_kernel<<<1, 32, 0, (cudaStream_t)ctx->stream>>>(lengths, batch, len, cu_seqlens);
+    return STOF_CUDA(cudaGetLastError());
+}
+
+/* A warp per padded row (b, i); VEC-byte words. pack: padded -> packed rows of
+ * real tokens; unpack: packed -> padded, zeros past each length. */
+template <typename V>
+__global__ void pack_rows_kernel(const unsigned char *src, unsigned char *dst,
+                                 const int32_t *__restrict__ cu, int batch, int len,
+                                 int64_t row_bytes, int64_t cap, bool unpack)
+{
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= (int64_t)batch * len) return;
+    const int b = (int)(r / len), i = (int)(r % len);
+    int64_t start;
+    const int n = seq_extent(cu, b, len, &start);
+    const int64_t t = start + i;
+    const bool real = i < n && t < cap;
+    const int64_t words = row_bytes / (int64_t)sizeof(V);
+    if (!unpack) {
+        if (!real) return;
+        const V *s = reinterpret_cast<const V *>(src + r * row_bytes);
+        V *d = reinterpret_cast<V *>(dst + t * row_bytes);
+        for (int64_t w = lane; w < words; w += 32)
+            d[w] = s[w];
+    } else {
+        V *d = reinterpret_cast<V *>(dst + r * row_bytes);
+        if (real) {
+            const V *s = reinterpret_cast<const V *>(src + t * row_bytes);
+            for (int64_t w = lane; w < words; w += 32)
+                d[w] = s[w];
+        } else {
+            const V zero = V();
+            for (int64_t w = lane; w < words; w += 32)
+                d[w] = zero;
+        }
+    }
+}
+
+template <typename V>
+static stof_status launch_pack_v(stof_ctx *ctx, const void *src, const int32_t *cu, int batch,
+                                 int len, int64_t row_bytes, void *dst, int64_t cap, bool unpack)
+{
+    int64_t rows = (int64_t)batch * len;
+    pack_rows_kernel<V><<<(unsigned)stof_cdiv(rows, 8), 256, 0, (cudaStream_t)ctx->stream>>>(
+        (const unsigned char *)src, (unsigned char *)dst, cu, batch, len, row_bytes, cap, unpack);
+    return STOF_CUDA(cudaGetLastError());
+}
+
+extern "C" stof_status fuse_launch_pack_rows(stof_ctx *ctx, const void *src,
+                                             const int32_t *cu_seqlens, int batch, int len,
+                                             int64_t row_bytes, void *dst, int64_t packed_cap,
+                                             bool unpack)
+{
+    if (row_bytes % 16 == 0)
+        return launch_pack_v<uint4>(ctx, src, cu_seqlens, batch, len, row_bytes, dst, packed_cap,
+                                    unpack);
+    if (row_bytes % 4 == 0)
+        return launch_pack_v<uint32_t>(ctx, src, cu_seqlens, batch, len, row_bytes, dst, packed_cap,
+                                       unpack);
+    return launch_pack_v<uint16_t>(ctx, src, cu_seqlens, batch, len, row_bytes, dst, packed_cap,
+                                   unpack);
+}
+
+__global__ void positions_kernel(const int32_t *__restrict__ cu, int batch, int len,
+                                 int32_t *__restrict__ positions, int64_t cap)
+{
+    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= (int64_t)batch * len) return;
+    const int b = (int)(r / len), i = (int)(r % len);
+    int64_t start;
+    const int n = seq_extent(cu, b, len, &start);
+    if (i < n && start + i < cap) positions[start + i] = i;
+}
+
+extern "C" stof_status fuse_launch_positions(stof_ctx *ctx, const int32_t *cu_seqlens, int batch,
+                                             int len, int32_t *positions, int64_t packed_cap)
+{
+    int64_t rows = (int64_t)batch * len;
+    positions_kernel<<<(unsigned)stof_cdiv(rows, 256), 256, 0, (cudaStream_t)ctx->stream>>>(
+        cu_seqlens, batch, len, positions, packed_cap);
+    return STOF_CUDA(cudaGetLastError());
+}
+
+/* grid (width / 64 column groups, batch); 256 threads = 8 column vectors x 32
+ * row lanes; the 32 partial sums of each column meet in shared memory. */
+template <typename T, typename O>
+__global__ void mean_pool_kernel(const T *__restrict__ packed, const int32_t *__restrict__ cu,
+                                 int width, int64_t cap, O *__restrict__ out)
+{
+    __shared__ float part[32][65];
+    const int b = blockIdx.y;
+    const int cv = threadIdx.x & 7, rl = threadIdx.x >> 3;
+    const int col = blockIdx.x * 64 + cv * 8;
+    int64_t s = cu[b], e = cu[b + 1];
+    if (s < 0) s = 0;
+    if (e > cap) e = cap;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (col < width) {
+        for (int64_t r = s + rl; r < e; r += 32) {
+            float v[8];
+            load8(v, packed + r * width + col);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                acc[j] += v[j];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        part[rl][cv * 8 + j] = acc[j];
+    __syncthreads();
+    if (threadIdx.x < 64) {
+        int c = blockIdx.x * 64 + threadIdx.x;
+        if (c < width) {
+            float sum = 0.f;
+            for (int i = 0; i < 32; i++)
+                sum += part[i][threadIdx.x];
+            float mean = e > s ? sum / (float)(e - s) : 0.f;
+            out[(int64_t)b * width + c] = (O)mean;
+        }
+    }
+}
+
+template <typename T, typename O>
+static stof_status launch_mean_pool_t(stof_ctx *ctx, const void *packed, const int32_t *cu,
+                                      int batch, int width, int64_t cap, void *out)
+{
+    dim3 grid((unsigned)stof_cdiv(width, 64), (unsigned)batch);
+    mean_pool_kernel<T, O>
+        <<<grid, 256, 0, (cudaStream_t)ctx->stream>>>((const T *)packed, cu, width, cap, (O *)out);
+    return STOF_CUDA(cudaGetLastError());
+}
+
+extern "C" stof_status fuse_launch_mean_pool(stof_ctx *ctx, stof_dtype in_dtype, const void *packed,
+                                             const int32_t *cu_seqlens, int batch, int width,
+                                             int64_t packed_cap, stof_dtype out_dtype, void *out)
+{
+    if (in_dtype == STOF_BF16) {
+        if (out_dtype == STOF_F32)
+            return launch_mean_pool_t<__nv_bfloat16, float>(ctx, packed, cu_seqlens, batch, width,
+                                                            packed_cap, out);
+        return launch_mean_pool_t<__nv_bfloat16, __nv_bfloat16>(ctx, packed, cu_seqlens, batch,
+                                                                width, packed_cap, out);
+    }
+    if (out_dtype == STOF_F32)
+        return launch_mean_pool_t<__half, float>(ctx, packed, cu_seqlens, batch, width, packed_cap,
+                                                 out);
+    return launch_mean_pool_t<__half, __half>(ctx, packed, cu_seqlens, batch, width, packed_cap,
+                                              out);
+}

@@ -1,0 +1,221 @@
+/*
+ * segments.c — one function per operator segment of an encoder layer, each
+ * running either its stof template (one kernel) or the cuBLASLt path plus row
+ * kernels, with the same result up to rounding. The path is the caller's
+ * choice (rules now, the tuner later); a template config left NONE is picked
+ * by fuse_config_default.
+ *
+ * The cuBLASLt paths: linear + act uses the bias / ReLU / tanh-GELU
+ * epilogues, and for exact GELU a plain GEMM followed by fuse_bias_act;
+ * linear + residual + LayerNorm adds bias and residual in the GEMM epilogue
+ * (C = residual, beta = 1) and normalises in place afterwards.
+ */
+#include "fuse/internal.h"
+
+static stof_status check_linear(stof_ctx *ctx, const fuse_linear_args *a, bool ln, const char *what)
+{
+    STOF_TRY(fuse_check_ctx(ctx, what));
+    STOF_REQUIRE(a, STOF_ERR_INVALID_ARG, "%s: args is NULL", what);
+    STOF_TRY(fuse_check_dtype(a->dtype, what));
+    STOF_TRY(fuse_check_rows(a->m, "m", what));
+    STOF_TRY(fuse_check_width(a->n, ln ? FUSE_MAX_ROW_WIDTH : INT32_MAX, "n", what));
+    STOF_TRY(fuse_check_width(a->k, INT32_MAX, "k", what));
+    STOF_TRY(fuse_check_ptr(a->x, "x", what));
+    STOF_TRY(fuse_check_ptr(a->w, "w", what));
+    STOF_TRY(fuse_check_ptr(a->y, "y", what));
+    STOF_TRY(fuse_check_opt_ptr(a->bias, "bias", what));
+    size_t y_bytes = (size_t)a->m * a->n * 2;
+    STOF_REQUIRE(!fuse_overlap(a->x, (size_t)a->m * a->k * 2, a->y, y_bytes), STOF_ERR_INVALID_ARG,
+                 "%s: y overlaps x", what);
+    STOF_REQUIRE(!fuse_overlap(a->w, (size_t)a->n * a->k * 2, a->y, y_bytes), STOF_ERR_INVALID_ARG,
+                 "%s: y overlaps w", what);
+    if (ln) {
+        STOF_TRY(fuse_check_ptr(a->residual, "residual", what));
+        STOF_TRY(fuse_check_ptr(a->gamma, "gamma", what));
+        STOF_TRY(fuse_check_ptr(a->beta, "beta", what));
+        STOF_TRY(fuse_check_eps(a->eps, what));
+        STOF_REQUIRE(a->residual == a->y || !fuse_overlap(a->residual, y_bytes, a->y, y_bytes),
+                     STOF_ERR_INVALID_ARG,
+                     "%s: y partly overlaps residual (in-place must be the same pointer)", what);
+    } else {
+        STOF_TRY(fuse_check_act(a->act, what));
+    }
+    return STOF_OK;
+}
+
+static stof_status check_ffn(stof_ctx *ctx, const fuse_ffn_args *a, const char *what)
+{
+    STOF_TRY(fuse_check_ctx(ctx, what));
+    STOF_REQUIRE(a, STOF_ERR_INVALID_ARG, "%s: args is NULL", what);
+    STOF_TRY(fuse_check_dtype(a->dtype, what));
+    STOF_TRY(fuse_check_rows(a->m, "m", what));
+    STOF_TRY(fuse_check_width(a->hidden, FUSE_MAX_ROW_WIDTH, "hidden", what));
+    STOF_TRY(fuse_check_width(a->inter, INT32_MAX, "inter", what));
+    STOF_TRY(fuse_check_ptr(a->x, "x", what));
+    STOF_TRY(fuse_check_ptr(a->w1, "w1", what));
+    STOF_TRY(fuse_check_ptr(a->w2, "w2", what));
+    STOF_TRY(fuse_check_ptr(a->y, "y", what));
+    STOF_TRY(fuse_check_opt_ptr(a->b1, "b1", what));
+    STOF_TRY(fuse_check_opt_ptr(a->b2, "b2", what));
+    STOF_TRY(fuse_check_opt_ptr(a->residual, "residual", what));
+    STOF_TRY(fuse_check_act(a->act, what));
+    STOF_REQUIRE(!a->gamma == !a->beta, STOF_ERR_INVALID_ARG,
+                 "%s: gamma and beta come together (gamma %p, beta %p)", what, a->gamma, a->beta);
+    if (a->gamma) {
+        STOF_TRY(fuse_check_ptr(a->gamma, "gamma", what));
+        STOF_TRY(fuse_check_ptr(a->beta, "beta", what));
+        STOF_TRY(fuse_check_eps(a->eps, what));
+    }
+    size_t row_bytes = (size_t)a->m * a->hidden * 2;
+    size_t w_bytes = (size_t)a->hidden * a->inter * 2;
+    STOF_REQUIRE(a->x == a->y || !fuse_overlap(a->x, row_bytes, a->y, row_bytes),
+                 STOF_ERR_INVALID_ARG,
+                 "%s: y partly overlaps x (in-place must be the same pointer)", what);
+    STOF_REQUIRE(!a->residual || a->residual == a->y ||
+                     !fuse_overlap(a->residual, row_bytes, a->y, row_bytes),
+                 STOF_ERR_INVALID_ARG,
+                 "%s: y partly overlaps residual (in-place must be the same pointer)", what);
+    STOF_REQUIRE(!fuse_overlap(a->w1, w_bytes, a->y, row_bytes) &&
+                     !fuse_overlap(a->w2, w_bytes, a->y, row_bytes),
+                 STOF_ERR_INVALID_ARG, "%s: y overlaps a weight", what);
+    return STOF_OK;
+}
+
+/* The template config to run: the caller's, or the rule-based default. */
+static stof_status resolve_config(stof_ctx *ctx, const fuse_config *given, fuse_tpl tpl, int64_t m,
+                                  int n, int k, const char *what, fuse_config *out)
+{
+    if (given && given->tpl != FUSE_TPL_NONE) {
+        STOF_REQUIRE(given->tpl == tpl, STOF_ERR_INVALID_ARG,
+                     "%s: config template %s does not run this segment (needs %s)", what,
+                     fuse_tpl_name(given->tpl), fuse_tpl_name(tpl));
+        STOF_TRY(fuse_config_check_shape(given, m, n, k, fuse_smem_limit(ctx)));
+        *out = *given;
+        return STOF_OK;
+    }
+    *out = fuse_config_default(tpl, m, n, k, ctx->sm_count, fuse_smem_limit(ctx));
+    STOF_REQUIRE(out->tpl == tpl, STOF_ERR_UNSUPPORTED,
+                 "%s: no %s config fits m=%lld n=%d k=%d on %s", what, fuse_tpl_name(tpl),
+                 (long long)m, n, k, ctx->device_name);
+    return STOF_OK;
+}
+
+stof_status fuse_run_gemm_bias_act(stof_ctx *ctx, const fuse_config *c,
+                                   const fuse_linear_args *args)
+{
+    const char *what = "fuse_run_gemm_bias_act";
+    STOF_TRY(check_linear(ctx, args, false, what));
+    fuse_config cfg;
+    STOF_TRY(resolve_config(ctx, c, FUSE_TPL_GEMM_BIAS_ACT, args->m, args->n, args->k, what, &cfg));
+    return fuse_launch_gemm_bias_act(ctx, &cfg, args);
+}
+
+stof_status fuse_run_gemm_res_ln(stof_ctx *ctx, const fuse_config *c, const fuse_linear_args *args)
+{
+    const char *what = "fuse_run_gemm_res_ln";
+    STOF_TRY(check_linear(ctx, args, true, what));
+    fuse_config cfg;
+    STOF_TRY(resolve_config(ctx, c, FUSE_TPL_GEMM_RES_LN, args->m, args->n, args->k, what, &cfg));
+    return fuse_launch_gemm_res_ln(ctx, &cfg, args);
+}
+
+stof_status fuse_run_ffn_chain(stof_ctx *ctx, const fuse_config *c, const fuse_ffn_args *args)
+{
+    const char *what = "fuse_run_ffn_chain";
+    STOF_TRY(check_ffn(ctx, args, what));
+    fuse_config cfg;
+    STOF_TRY(
+        resolve_config(ctx, c, FUSE_TPL_FFN_CHAIN, args->m, args->hidden, args->inter, what, &cfg));
+    return fuse_launch_ffn_chain(ctx, &cfg, args);
+}
+
+static stof_status check_path(const fuse_choice *choice, const char *what)
+{
+    STOF_REQUIRE(choice, STOF_ERR_INVALID_ARG, "%s: choice is NULL", what);
+    STOF_REQUIRE(choice->path == FUSE_PATH_CUBLASLT || choice->path == FUSE_PATH_STOF,
+                 STOF_ERR_INVALID_ARG, "%s: unknown path %d", what, (int)choice->path);
+    return STOF_OK;
+}
+
+/* cuBLASLt GEMM + activation; exact GELU goes through the row kernel. */
+static stof_status lt_linear_act(stof_ctx *ctx, const fuse_linear_args *args, fuse_ws ws)
+{
+    if (args->act != FUSE_ACT_GELU) return fuse_lt_gemm(ctx, args, args->act, NULL, ws);
+    fuse_linear_args plain = *args;
+    plain.bias = NULL;
+    STOF_TRY(fuse_lt_gemm(ctx, &plain, FUSE_ACT_NONE, NULL, ws));
+    return fuse_bias_act(ctx, args->dtype, args->m, args->n, args->y, args->bias, FUSE_ACT_GELU,
+                         args->y);
+}
+
+/* cuBLASLt GEMM with bias and residual in its epilogue, then LayerNorm in place. */
+static stof_status lt_linear_res_ln(stof_ctx *ctx, const fuse_linear_args *args,
+                                    const void *residual, const void *gamma, fuse_ws ws)
+{
+    STOF_TRY(fuse_lt_gemm(ctx, args, FUSE_ACT_NONE, residual, ws));
+    if (!gamma) return STOF_OK;
+    return fuse_add_layernorm(ctx, args->dtype, args->m, args->n, args->y, NULL, args->gamma,
+                              args->beta, args->eps, args->y);
+}
+
+stof_status fuse_linear_act(stof_ctx *ctx, const fuse_choice *choice, const fuse_linear_args *args,
+                            fuse_ws ws)
+{
+    const char *what = "fuse_linear_act";
+    STOF_TRY(check_path(choice, what));
+    if (choice->path == FUSE_PATH_STOF) return fuse_run_gemm_bias_act(ctx, &choice->config, args);
+    STOF_TRY(check_linear(ctx, args, false, what));
+    return lt_linear_act(ctx, args, ws);
+}
+
+stof_status fuse_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
+                               const fuse_linear_args *args, fuse_ws ws)
+{
+    const char *what = "fuse_linear_res_ln";
+    STOF_TRY(check_path(choice, what));
+    if (choice->path == FUSE_PATH_STOF) return fuse_run_gemm_res_ln(ctx, &choice->config, args);
+    STOF_TRY(check_linear(ctx, args, true, what));
+    return lt_linear_res_ln(ctx, args, args->residual, args->gamma, ws);
+}
+
+stof_status fuse_ffn(stof_ctx *ctx, const fuse_choice *choice, const fuse_ffn_args *args,
+                     fuse_ws ws)
+{
+    const char *what = "fuse_ffn";
+    STOF_TRY(check_path(choice, what));
+    if (choice->path == FUSE_PATH_STOF) return fuse_run_ffn_chain(ctx, &choice->config, args);
+    STOF_TRY(check_ffn(ctx, args, what));
+    STOF_TRY(fuse_check_ptr(args->inter_buf, "inter_buf", what));
+    size_t inter_bytes = (size_t)args->m * args->inter * 2;
+    size_t row_bytes = (size_t)args->m * args->hidden * 2;
+    STOF_REQUIRE(!fuse_overlap(args->inter_buf, inter_bytes, args->x, row_bytes) &&
+                     !fuse_overlap(args->inter_buf, inter_bytes, args->y, row_bytes) &&
+                     !fuse_overlap(args->inter_buf, inter_bytes, args->residual, row_bytes),
+                 STOF_ERR_INVALID_ARG, "%s: inter_buf overlaps x, y or residual", what);
+
+    fuse_linear_args up = {0};
+    up.dtype = args->dtype;
+    up.m = args->m;
+    up.n = args->inter;
+    up.k = args->hidden;
+    up.x = args->x;
+    up.w = args->w1;
+    up.bias = args->b1;
+    up.act = args->act;
+    up.y = args->inter_buf;
+    STOF_TRY(lt_linear_act(ctx, &up, ws));
+
+    fuse_linear_args down = {0};
+    down.dtype = args->dtype;
+    down.m = args->m;
+    down.n = args->hidden;
+    down.k = args->inter;
+    down.x = args->inter_buf;
+    down.w = args->w2;
+    down.bias = args->b2;
+    down.gamma = args->gamma;
+    down.beta = args->beta;
+    down.eps = args->eps;
+    down.y = args->y;
+    return lt_linear_res_ln(ctx, &down, args->residual, args->gamma, ws);
+}

@@ -1,0 +1,329 @@
+/*
+ * mask_eval.h — the element predicate of a mask spec and the per-tile
+ * interval reasoning, as static inline functions compiled both for the host
+ * (C) and for the device (CUDA). The CPU compiler, the GPU compiler and the
+ * dense oracle all evaluate the same flat description through this header,
+ * so the two compilers cannot disagree.
+ *
+ * The non-obvious choice: the compiled format is canonical (a tile is listed
+ * iff an element is set, full iff every element is set), so the interval
+ * reasoning here only has to be *sound* — it may answer "unknown", never a
+ * wrong "full" or "empty"; unknown tiles are settled by evaluating elements.
+ *
+ * Indices: i is a query row, j a key column, both >= 0 and below 2^31 - 128
+ * (compile rejects longer lengths), so differences fit in 32 bits; sums that
+ * involve user parameters are taken in 64 bits.
+ *
+ * Random blocks: block column k of block row bi of batch entry b is
+ *     hi32(mix64(row_key(seed, b, bi) + k)) % ceil(len_k[b] / block)
+ * with row_key = mix64(mix64(mix64(seed) ^ b) ^ bi) and mix64 the splitmix64
+ * finaliser. It is part of the mask's definition: do not change it.
+ */
+#ifndef STOF_MASK_EVAL_H
+#define STOF_MASK_EVAL_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define MASK_HD __host__ __device__
+#else
+#define MASK_HD
+#endif
+
+enum {
+    MASK_PART_FULL = 0,
+    MASK_PART_CAUSAL = 1,
+    MASK_PART_WINDOW = 2,      /* a = left, b = right */
+    MASK_PART_DILATED = 3,     /* a = window, b = dilation, span = a * b */
+    MASK_PART_GLOBAL_N = 4,    /* a = n */
+    MASK_PART_GLOBAL_LIST = 5, /* a = count, list sorted and unique */
+    MASK_PART_RANDOM = 6,      /* a = block, b = per_row, seed */
+    MASK_PART_BLOCKS = 7,      /* a = block size, heads, rows, cols, data, sat */
+    MASK_PART_DENSE = 8        /* rows = Lq, cols = Lk, data, stride[4] */
+};
+
+/* What a part or a tile is over a tile's rectangle. */
+enum {
+    MASK_TILE_EMPTY = 0,  /* no element set */
+    MASK_TILE_FULL = 1,   /* every element set */
+    MASK_TILE_MIXED = 2,  /* known to be partial */
+    MASK_TILE_UNKNOWN = 3 /* to be settled element by element */
+};
+
+/* Block rows x picks examined per tile before the random part answers "unknown". */
+#define MASK_RANDOM_PROBE_MAX 64
+
+typedef struct mask_part_eval {
+    int32_t kind;
+    int32_t a, b;
+    int32_t heads, rows, cols;
+    int64_t span;
+    uint64_t seed;
+    const int32_t *list; /* global list */
+    const uint8_t *data; /* blocks layout [heads][rows][cols] or dense base */
+    const int32_t *sat;  /* blocks: summed-area table [heads][rows + 1][cols + 1] */
+    int64_t stride[4];   /* dense strides in elements; 0 on broadcast dims */
+} mask_part_eval;
+
+/* A spec bound to compile parameters; every pointer valid on the evaluating side. */
+typedef struct mask_eval {
+    const mask_part_eval *parts;
+    int32_t n_parts;
+    int32_t bm, hm; /* instances vary by batch (bm = B) and head (hm = H) */
+    int32_t lq, lk; /* padded lengths */
+    int32_t tile_m, tile_n;
+    int32_t n_trow, n_tcol;
+    const int32_t *len_q; /* real lengths [B] (any stride), NULL: full; clamped to [0, L] */
+    const int32_t *len_k;
+    int64_t len_q_stride, len_k_stride;
+} mask_eval;
+
+/* ---------------------------------------------------------------- helpers */
+
+MASK_HD static inline int64_t mask_min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+MASK_HD static inline int64_t mask_max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* Floor division for a possibly negative numerator and a positive divisor. */
+MASK_HD static inline int64_t mask_floor_div(int64_t a, int64_t d)
+{
+    int64_t q = a / d;
+    return (a % d != 0 && a < 0) ? q - 1 : q;
+}
+
+/* Real length of batch entry b (index into the lengths tensor), clamped to [0, full]. */
+MASK_HD static inline int mask_len(const int32_t *src, int64_t stride, int b, int full)
+{
+    if (!src) return full;
+    int32_t v = src[(int64_t)b * stride];
+    return v < 0 ? 0 : (v > full ? full : v);
+}
+
+/* Batch entry and head that instance s stands for. */
+MASK_HD static inline void mask_instance_bh(const mask_eval *e, int s, int *b, int *h)
+{
+    *b = e->bm > 1 ? s / e->hm : 0;
+    *h = e->hm > 1 ? s % e->hm : 0;
+}
+
+MASK_HD static inline uint64_t mask_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+MASK_HD static inline uint64_t mask_random_row_key(uint64_t seed, int b, int64_t bi)
+{
+    return mask_mix64(mask_mix64(mask_mix64(seed) ^ (uint64_t)b) ^ (uint64_t)bi);
+}
+
+/* k-th random block column of a block row (ncol >= 1). */
+MASK_HD static inline int mask_random_pick(uint64_t row_key, int k, int ncol)
+{
+    return (int)((uint32_t)(mask_mix64(row_key + (uint64_t)k) >> 32) % (uint32_t)ncol);
+}
+
+/* Block columns a random part draws from for key length lenk. */
+MASK_HD static inline int mask_random_ncol(int block, int lenk)
+{
+    return (int)(((int64_t)lenk + block - 1) / block);
+}
+
+/* Number of list entries in [lo, hi) of a sorted list. */
+MASK_HD static inline int mask_lower_bound(const int32_t *list, int n, int64_t x)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if ((int64_t)list[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+MASK_HD static inline int mask_list_count(const int32_t *list, int n, int64_t lo, int64_t hi)
+{
+    return mask_lower_bound(list, n, hi) - mask_lower_bound(list, n, lo);
+}
+
+MASK_HD static inline int mask_list_has(const int32_t *list, int n, int64_t x)
+{
+    int k = mask_lower_bound(list, n, x);
+    return k < n && (int64_t)list[k] == x;
+}
+
+/* Sum of layout head hh over block rows [r0, r1] and block columns [c0, c1] (inclusive). */
+MASK_HD static inline int64_t mask_sat_sum(const mask_part_eval *p, int hh, int64_t r0, int64_t r1,
+                                           int64_t c0, int64_t c1)
+{
+    const int32_t *s = p->sat + (int64_t)hh * (p->rows + 1) * (p->cols + 1);
+    int64_t w = p->cols + 1;
+    return (int64_t)s[(r1 + 1) * w + c1 + 1] - s[r0 * w + c1 + 1] - s[(r1 + 1) * w + c0] +
+           s[r0 * w + c0];
+}
+
+/* ---------------------------------------------------------------- elements */
+
+MASK_HD static inline int mask_random_hit(const mask_part_eval *p, int b, int lenk, int i, int j)
+{
+    int ncol = mask_random_ncol(p->a, lenk);
+    if (ncol <= 0) return 0;
+    int bj = j / p->a;
+    uint64_t key = mask_random_row_key(p->seed, b, i / p->a);
+    for (int k = 0; k < p->b; k++)
+        if (mask_random_pick(key, k, ncol) == bj) return 1;
+    return 0;
+}
+
+/* Part p at (i, j) for batch entry b, head h (both 0 where the mask does not vary). */
+MASK_HD static inline int mask_part_visible(const mask_part_eval *p, int b, int h, int lenk, int i,
+                                            int j)
+{
+    switch (p->kind) {
+    case MASK_PART_FULL: return 1;
+    case MASK_PART_CAUSAL: return j <= i;
+    case MASK_PART_WINDOW:
+        return (int64_t)j >= (int64_t)i - p->a && (int64_t)j <= (int64_t)i + p->b;
+    case MASK_PART_DILATED: {
+        int d = i - j;
+        return (int64_t)d >= -p->span && (int64_t)d <= p->span && d % p->b == 0;
+    }
+    case MASK_PART_GLOBAL_N: return i < p->a || j < p->a;
+    case MASK_PART_GLOBAL_LIST:
+        return mask_list_has(p->list, p->a, i) || mask_list_has(p->list, p->a, j);
+    case MASK_PART_RANDOM: return mask_random_hit(p, b, lenk, i, j);
+    case MASK_PART_BLOCKS: {
+        int bi = i / p->a, bj = j / p->a;
+        if (bi >= p->rows || bj >= p->cols) return 0;
+        int hh = p->heads > 1 ? h : 0;
+        return p->data[((int64_t)hh * p->rows + bi) * p->cols + bj] != 0;
+    }
+    case MASK_PART_DENSE:
+        if (i >= p->rows || j >= p->cols) return 0;
+        return p->data[(int64_t)b * p->stride[0] + (int64_t)h * p->stride[1] +
+                       (int64_t)i * p->stride[2] + (int64_t)j * p->stride[3]] != 0;
+    }
+    return 0;
+}
+
+/* The union of the parts at (i, j), before lengths. */
+MASK_HD static inline int mask_visible(const mask_eval *e, int b, int h, int lenk, int i, int j)
+{
+    for (int p = 0; p < e->n_parts; p++)
+        if (mask_part_visible(&e->parts[p], b, h, lenk, i, j)) return 1;
+    return 0;
+}
+
+/* An element as the tile format stores it (mask.h): columns at or past the
+ * key length are never set; rows follow the spec alone. */
+MASK_HD static inline int mask_tile_element(const mask_eval *e, int b, int h, int lenk, int i,
+                                            int j)
+{
+    return j < lenk && mask_visible(e, b, h, lenk, i, j);
+}
+
+/* ---------------------------------------------------------------- tiles */
+
+MASK_HD static inline int mask_random_tile_class(const mask_part_eval *p, int b, int lenk,
+                                                 int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    int block = p->a;
+    int ncol = mask_random_ncol(block, lenk);
+    if (ncol <= 0) return MASK_TILE_EMPTY;
+    int64_t bi0 = i0 / block, bi1 = (i1 - 1) / block;
+    if ((bi1 - bi0 + 1) * p->b > MASK_RANDOM_PROBE_MAX) return MASK_TILE_UNKNOWN;
+    int any = 0, all = 1;
+    for (int64_t bi = bi0; bi <= bi1; bi++) {
+        uint64_t key = mask_random_row_key(p->seed, b, bi);
+        int covered = 0;
+        for (int k = 0; k < p->b; k++) {
+            int64_t c0 = (int64_t)mask_random_pick(key, k, ncol) * block, c1 = c0 + block;
+            if (c0 < j1 && c1 > j0) any = 1;
+            if (c0 <= j0 && c1 >= j1) covered = 1;
+        }
+        all &= covered;
+    }
+    return all ? MASK_TILE_FULL : (any ? MASK_TILE_UNKNOWN : MASK_TILE_EMPTY);
+}
+
+MASK_HD static inline int mask_blocks_tile_class(const mask_part_eval *p, int h, int64_t i0,
+                                                 int64_t i1, int64_t j0, int64_t j1)
+{
+    int64_t bs = p->a;
+    int64_t br0 = i0 / bs, br1 = (i1 - 1) / bs, bc0 = j0 / bs, bc1 = (j1 - 1) / bs;
+    if (br0 >= p->rows || bc0 >= p->cols) return MASK_TILE_EMPTY;
+    int64_t r1 = mask_min64(br1, p->rows - 1), c1 = mask_min64(bc1, p->cols - 1);
+    int64_t sum = mask_sat_sum(p, p->heads > 1 ? h : 0, br0, r1, bc0, c1);
+    if (sum == 0) return MASK_TILE_EMPTY;
+    if (r1 == br1 && c1 == bc1 && sum == (r1 - br0 + 1) * (c1 - bc0 + 1)) return MASK_TILE_FULL;
+    return MASK_TILE_UNKNOWN;
+}
+
+/* Part p over rows [i0, i1) x columns [j0, j1) (j1 <= lenk): EMPTY, FULL or UNKNOWN. */
+MASK_HD static inline int mask_part_tile_class(const mask_part_eval *p, int b, int h, int lenk,
+                                               int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    switch (p->kind) {
+    case MASK_PART_FULL: return MASK_TILE_FULL;
+    case MASK_PART_CAUSAL:
+        if (j1 - 1 <= i0) return MASK_TILE_FULL;
+        return j0 > i1 - 1 ? MASK_TILE_EMPTY : MASK_TILE_UNKNOWN;
+    case MASK_PART_WINDOW:
+        if (j0 >= i1 - 1 - p->a && j1 - 1 <= i0 + p->b) return MASK_TILE_FULL;
+        if (j0 > i1 - 1 + p->b || j1 - 1 < i0 - p->a) return MASK_TILE_EMPTY;
+        return MASK_TILE_UNKNOWN;
+    case MASK_PART_DILATED: {
+        /* i - j takes every value in [dlo, dhi] over the rectangle. */
+        int64_t dlo = i0 - (j1 - 1), dhi = (i1 - 1) - j0;
+        int64_t lo = mask_max64(dlo, -p->span), hi = mask_min64(dhi, p->span);
+        if (lo > hi || mask_floor_div(hi, p->b) * p->b < lo) return MASK_TILE_EMPTY;
+        if (p->b == 1 && dlo >= -p->span && dhi <= p->span) return MASK_TILE_FULL;
+        return MASK_TILE_UNKNOWN;
+    }
+    case MASK_PART_GLOBAL_N:
+        if (i1 <= p->a || j1 <= p->a) return MASK_TILE_FULL;
+        return (i0 >= p->a && j0 >= p->a) ? MASK_TILE_EMPTY : MASK_TILE_UNKNOWN;
+    case MASK_PART_GLOBAL_LIST: {
+        int64_t cr = mask_list_count(p->list, p->a, i0, i1);
+        int64_t cc = mask_list_count(p->list, p->a, j0, j1);
+        if (cr == i1 - i0 || cc == j1 - j0) return MASK_TILE_FULL;
+        return (cr == 0 && cc == 0) ? MASK_TILE_EMPTY : MASK_TILE_UNKNOWN;
+    }
+    case MASK_PART_RANDOM: return mask_random_tile_class(p, b, lenk, i0, i1, j0, j1);
+    case MASK_PART_BLOCKS: return mask_blocks_tile_class(p, h, i0, i1, j0, j1);
+    case MASK_PART_DENSE: return i0 >= p->rows ? MASK_TILE_EMPTY : MASK_TILE_UNKNOWN;
+    }
+    return MASK_TILE_UNKNOWN;
+}
+
+/*
+ * Tile (r, c) of instance (b, h) with real lengths lenq, lenk: EMPTY, FULL,
+ * MIXED (a part covers the columns below lenk but the tile reaches past it)
+ * or UNKNOWN. Tile rows starting at or past lenq are empty (mask.h).
+ */
+MASK_HD static inline int mask_tile_class(const mask_eval *e, int b, int h, int lenq, int lenk,
+                                          int r, int c)
+{
+    int64_t i0 = (int64_t)r * e->tile_m, j0 = (int64_t)c * e->tile_n;
+    if (i0 >= lenq || j0 >= lenk) return MASK_TILE_EMPTY;
+    int64_t i1 = i0 + e->tile_m, j1 = j0 + e->tile_n;
+    int64_t je = mask_min64(j1, lenk);
+    int any = 0;
+    for (int p = 0; p < e->n_parts; p++) {
+        int k = mask_part_tile_class(&e->parts[p], b, h, lenk, i0, i1, j0, je);
+        if (k == MASK_TILE_FULL) return je == j1 ? MASK_TILE_FULL : MASK_TILE_MIXED;
+        if (k != MASK_TILE_EMPTY) any = 1;
+    }
+    return any ? MASK_TILE_UNKNOWN : MASK_TILE_EMPTY;
+}
+
+#endif /* STOF_MASK_EVAL_H */

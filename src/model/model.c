@@ -1,0 +1,294 @@
+/*
+ * model.c — the public model API: stof_model_load / destroy / get_info and
+ * stof_model_forward, dispatching to the CPU or the GPU encoder.
+ *
+ * Every argument of a forward is checked here, once, before a backend sees
+ * it: tensor kinds and shapes, the lengths against L and the model's
+ * positions, and (when they are in host memory) every real token id and
+ * token type against its table. Values at padding positions are never read,
+ * so callers may leave anything there.
+ *
+ * Run dtype: a GPU context runs F16 (default) or BF16; a CPU context always
+ * computes in F32 and accepts any float dtype request, so the default
+ * parameters work on both.
+ */
+#include "model/encoder.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+stof_model_params stof_model_default_params(void)
+{
+    stof_model_params p;
+    memset(&p, 0, sizeof p);
+    p.dtype = STOF_F16;
+    return p;
+}
+
+stof_forward_params stof_forward_default_params(void)
+{
+    stof_forward_params p;
+    memset(&p, 0, sizeof p);
+    p.mask = NULL;
+    return p;
+}
+
+/* ---------------------------------------------------------------- load */
+
+static stof_status run_dtype(const stof_ctx *ctx, const stof_model_params *p, stof_dtype *out)
+{
+    STOF_REQUIRE(p->dtype == STOF_F32 || p->dtype == STOF_F16 || p->dtype == STOF_BF16,
+                 STOF_ERR_INVALID_ARG, "stof_model_load: run dtype %s (%d) is not f32, f16 or bf16",
+                 stof_dtype_name(p->dtype), (int)p->dtype);
+    if (ctx->device != STOF_DEVICE_GPU) {
+        *out = STOF_F32;
+        return STOF_OK;
+    }
+    STOF_REQUIRE(p->dtype != STOF_F32, STOF_ERR_UNSUPPORTED,
+                 "stof_model_load: the GPU runs models in f16 or bf16, not f32");
+    *out = p->dtype;
+    return STOF_OK;
+}
+
+static void fill_info(stof_model *m, stof_dtype dtype)
+{
+    const bert_config *c = &m->w.config;
+    stof_model_info *i = &m->info;
+    i->hidden = c->hidden_size;
+    i->layers = c->num_hidden_layers;
+    i->heads = c->num_attention_heads;
+    i->head_dim = c->head_dim;
+    i->intermediate = c->intermediate_size;
+    i->vocab = c->vocab_size;
+    i->max_positions = c->max_position_embeddings;
+    i->type_vocab = c->type_vocab_size;
+    i->layer_norm_eps = c->layer_norm_eps;
+    i->dtype = dtype;
+    i->pooling = m->files.pooling == BERT_POOL_CLS ? STOF_POOL_CLS : STOF_POOL_MEAN;
+    i->normalize = m->files.normalize ? 1 : 0;
+}
+
+stof_status stof_model_load(stof_ctx *ctx, const char *dir, const stof_model_params *params,
+                            stof_model **out)
+{
+    STOF_REQUIRE(out, STOF_ERR_INVALID_ARG, "stof_model_load: out is NULL");
+    *out = NULL;
+    STOF_REQUIRE(ctx, STOF_ERR_INVALID_ARG, "stof_model_load: ctx is NULL");
+    STOF_REQUIRE(dir, STOF_ERR_INVALID_ARG, "stof_model_load: dir is NULL");
+    stof_model_params p = params ? *params : stof_model_default_params();
+    stof_dtype dtype = STOF_F32;
+    STOF_TRY(run_dtype(ctx, &p, &dtype));
+    stof_model *m;
+    STOF_TRY(stof_host_calloc(1, sizeof *m, (void **)&m));
+    m->ctx = ctx;
+    stof_status st = stof_bert_load_dir(dir, &m->files, &m->w);
+    if (st == STOF_OK) {
+        fill_info(m, dtype);
+        if (ctx->device == STOF_DEVICE_GPU) st = enc_gpu_create(m);
+    }
+    if (st != STOF_OK) {
+        stof_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return STOF_OK;
+}
+
+void stof_model_destroy(stof_model *model)
+{
+    if (!model) return;
+    enc_gpu_destroy(model->gpu);
+    enc_cpu_ws_free(model->cpu);
+    stof_bert_weights_free(&model->w);
+    free(model->lens);
+    free(model);
+}
+
+stof_status stof_model_get_info(const stof_model *model, stof_model_info *out)
+{
+    STOF_REQUIRE(model, STOF_ERR_INVALID_ARG, "stof_model_get_info: model is NULL");
+    STOF_REQUIRE(out, STOF_ERR_INVALID_ARG, "stof_model_get_info: out is NULL");
+    *out = model->info;
+    return STOF_OK;
+}
+
+/* ---------------------------------------------------------------- forward checks */
+
+static bool on_gpu(const stof_model *m)
+{
+    return m->ctx->device == STOF_DEVICE_GPU;
+}
+
+/* ids or token_types: I32 [B, L]; host memory, or device memory on a GPU
+ * context (contiguous there, since kernels read it). */
+static stof_status check_token_tensor(const stof_model *m, const stof_tensor *t, const char *name)
+{
+    STOF_TRY(stof_tensor_check(t, name));
+    STOF_REQUIRE(t->dtype == STOF_I32, STOF_ERR_SHAPE, "%s is %s; token inputs are i32", name,
+                 stof_dtype_name(t->dtype));
+    STOF_REQUIRE(t->ndim == 2, STOF_ERR_SHAPE, "%s has %d dimensions; want [B, L]", name, t->ndim);
+    if (t->memory == STOF_MEM_DEVICE) {
+        STOF_REQUIRE(on_gpu(m), STOF_ERR_INVALID_ARG,
+                     "%s is in device memory but the model runs on the CPU", name);
+        STOF_REQUIRE(stof_tensor_is_contiguous(t), STOF_ERR_SHAPE,
+                     "%s in device memory must be contiguous (strides [%lld, %lld])", name,
+                     (long long)t->stride[0], (long long)t->stride[1]);
+    }
+    return STOF_OK;
+}
+
+/* Host lengths [B] (or all L) into m->lens, with cu_seqlens after them. */
+static stof_status read_lengths(stof_model *m, const stof_tensor *lengths, int B, int L,
+                                enc_request *r)
+{
+    if (B > m->lens_cap) {
+        int32_t *p = NULL;
+        STOF_TRY(stof_host_alloc((size_t)(2 * B + 1) * sizeof(int32_t), (void **)&p));
+        free(m->lens);
+        m->lens = p;
+        m->lens_cap = B;
+    }
+    int32_t *lens = m->lens, *cu = m->lens + B;
+    int max_pos = m->info.max_positions;
+    if (lengths) {
+        STOF_TRY(stof_tensor_check(lengths, "lengths"));
+        STOF_REQUIRE(lengths->dtype == STOF_I32, STOF_ERR_SHAPE, "lengths is %s; it must be i32",
+                     stof_dtype_name(lengths->dtype));
+        STOF_REQUIRE(lengths->ndim == 1 && lengths->shape[0] == B, STOF_ERR_SHAPE,
+                     "lengths has %d dimensions and %lld entries; want [B] = [%d]", lengths->ndim,
+                     (long long)lengths->shape[0], B);
+        STOF_REQUIRE(lengths->memory == STOF_MEM_HOST, STOF_ERR_INVALID_ARG,
+                     "lengths must be in host memory (the batch is planned on the host)");
+        for (int b = 0; b < B; b++) {
+            int32_t v = ((const int32_t *)lengths->data)[(int64_t)b * lengths->stride[0]];
+            STOF_REQUIRE(v >= 0 && v <= L, STOF_ERR_INVALID_ARG,
+                         "lengths[%d] = %d is outside [0, L = %d]", b, (int)v, L);
+            STOF_REQUIRE(v <= max_pos, STOF_ERR_INVALID_ARG,
+                         "lengths[%d] = %d exceeds the model's %d positions "
+                         "(max_position_embeddings)",
+                         b, (int)v, max_pos);
+            lens[b] = v;
+        }
+    } else {
+        STOF_REQUIRE(L <= max_pos, STOF_ERR_INVALID_ARG,
+                     "L = %d exceeds the model's %d positions (max_position_embeddings); pass "
+                     "shorter lengths or a shorter batch",
+                     L, max_pos);
+        for (int b = 0; b < B; b++)
+            lens[b] = L;
+    }
+    int64_t T = 0;
+    cu[0] = 0;
+    for (int b = 0; b < B; b++) {
+        T += lens[b];
+        STOF_REQUIRE(T <= INT32_MAX, STOF_ERR_UNSUPPORTED,
+                     "the batch holds more than %d real tokens", INT32_MAX);
+        cu[b + 1] = (int32_t)T;
+    }
+    r->lengths = lens;
+    r->cu_seqlens = cu;
+    r->tokens = T;
+    return STOF_OK;
+}
+
+/* Every real token's id and type inside its table (host tensors only; the GPU
+ * backend checks device ones). */
+static stof_status check_token_values(const stof_model *m, const enc_request *r)
+{
+    const stof_model_info *info = &m->info;
+    for (int b = 0; b < r->batch; b++)
+        for (int i = 0; i < r->lengths[b]; i++) {
+            if (r->ids->memory == STOF_MEM_HOST) {
+                int32_t id = enc_i32_at(r->ids, b, i);
+                STOF_REQUIRE(id >= 0 && id < info->vocab, STOF_ERR_INVALID_ARG,
+                             "ids[%d, %d] = %d is outside the vocabulary [0, %d)", b, i, (int)id,
+                             info->vocab);
+            }
+            if (r->types && r->types->memory == STOF_MEM_HOST) {
+                int32_t ty = enc_i32_at(r->types, b, i);
+                STOF_REQUIRE(ty >= 0 && ty < info->type_vocab, STOF_ERR_INVALID_ARG,
+                             "token_types[%d, %d] = %d is outside [0, type_vocab_size = %d)", b, i,
+                             (int)ty, info->type_vocab);
+            }
+        }
+    return STOF_OK;
+}
+
+static stof_status check_hidden_out(const stof_model *m, const stof_tensor *t, int B, int L)
+{
+    STOF_TRY(stof_tensor_check(t, "hidden_out"));
+    STOF_TRY(stof_tensor_check_memory(m->ctx, t, "hidden_out"));
+    STOF_REQUIRE(
+        t->ndim == 3 && t->shape[0] == B && t->shape[1] == L && t->shape[2] == m->info.hidden,
+        STOF_ERR_SHAPE, "hidden_out is %dD [%lld, %lld, %lld]; want [B=%d, L=%d, hidden=%d]",
+        t->ndim, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
+        (long long)(t->ndim > 2 ? t->shape[2] : 0), B, L, m->info.hidden);
+    if (on_gpu(m))
+        STOF_REQUIRE(t->dtype == m->info.dtype || t->dtype == STOF_F32, STOF_ERR_SHAPE,
+                     "hidden_out is %s; this model writes %s (its run dtype) or f32",
+                     stof_dtype_name(t->dtype), stof_dtype_name(m->info.dtype));
+    else
+        STOF_REQUIRE(t->dtype == STOF_F32 || t->dtype == STOF_F16 || t->dtype == STOF_BF16,
+                     STOF_ERR_SHAPE, "hidden_out is %s; it must be f32, f16 or bf16",
+                     stof_dtype_name(t->dtype));
+    STOF_REQUIRE(stof_tensor_is_contiguous(t), STOF_ERR_SHAPE, "hidden_out must be contiguous");
+    return STOF_OK;
+}
+
+static stof_status check_pooled_out(const stof_model *m, const stof_tensor *t, int B)
+{
+    STOF_TRY(stof_tensor_check(t, "pooled_out"));
+    STOF_REQUIRE(t->dtype == STOF_F32, STOF_ERR_SHAPE, "pooled_out is %s; it must be f32",
+                 stof_dtype_name(t->dtype));
+    STOF_REQUIRE(t->ndim == 2 && t->shape[0] == B && t->shape[1] == m->info.hidden, STOF_ERR_SHAPE,
+                 "pooled_out is %dD [%lld, %lld]; want [B=%d, hidden=%d]", t->ndim,
+                 (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), B,
+                 m->info.hidden);
+    STOF_REQUIRE(t->memory == STOF_MEM_HOST || on_gpu(m), STOF_ERR_INVALID_ARG,
+                 "pooled_out is in device memory but the model runs on the CPU");
+    STOF_REQUIRE(stof_tensor_is_contiguous(t), STOF_ERR_SHAPE, "pooled_out must be contiguous");
+    return STOF_OK;
+}
+
+static stof_status check_forward(stof_model *m, const stof_forward_params *p,
+                                 const stof_tensor *ids, const stof_tensor *lengths,
+                                 const stof_tensor *types, stof_tensor *hidden, stof_tensor *pooled,
+                                 enc_request *r)
+{
+    memset(r, 0, sizeof *r);
+    STOF_TRY(check_token_tensor(m, ids, "ids"));
+    STOF_REQUIRE(ids->shape[0] <= INT_MAX && ids->shape[1] <= INT_MAX / 2, STOF_ERR_UNSUPPORTED,
+                 "ids is [%lld, %lld]: too large", (long long)ids->shape[0],
+                 (long long)ids->shape[1]);
+    int B = (int)ids->shape[0], L = (int)ids->shape[1];
+    if (types) {
+        STOF_TRY(check_token_tensor(m, types, "token_types"));
+        STOF_REQUIRE(types->shape[0] == B && types->shape[1] == L, STOF_ERR_SHAPE,
+                     "token_types is [%lld, %lld] but ids is [%d, %d]", (long long)types->shape[0],
+                     (long long)types->shape[1], B, L);
+    }
+    if (hidden) STOF_TRY(check_hidden_out(m, hidden, B, L));
+    if (pooled) STOF_TRY(check_pooled_out(m, pooled, B));
+    r->batch = B;
+    r->len = L;
+    r->mask = p->mask;
+    r->ids = ids;
+    r->types = types;
+    r->hidden = hidden;
+    r->pooled = pooled;
+    STOF_TRY(read_lengths(m, lengths, B, L, r));
+    return check_token_values(m, r);
+}
+
+stof_status stof_model_forward(stof_model *model, const stof_forward_params *params,
+                               const stof_tensor *ids, const stof_tensor *lengths,
+                               const stof_tensor *token_types, stof_tensor *hidden_out,
+                               stof_tensor *pooled_out)
+{
+    STOF_REQUIRE(model, STOF_ERR_INVALID_ARG, "stof_model_forward: model is NULL");
+    stof_forward_params p = params ? *params : stof_forward_default_params();
+    enc_request r;
+    STOF_TRY(check_forward(model, &p, ids, lengths, token_types, hidden_out, pooled_out, &r));
+    return on_gpu(model) ? enc_gpu_forward(model, &r) : enc_cpu_forward(model, &r);
+}

@@ -1,0 +1,7 @@
+# fuse: descriptor logic and argument checks run anywhere; the kernels are
+# checked against the CPU reference on a GPU.
+stof_add_test(test_fuse_config SOURCES test_fuse_config.c PARTS core fuse)
+stof_add_test(test_fuse_rows SOURCES test_fuse_rows.c test_fuse_dev.cu PARTS core cpu fuse
+              LABELS gpu)
+stof_add_test(test_fuse_gemm SOURCES test_fuse_gemm.c test_fuse_dev.cu PARTS core cpu fuse
+              LABELS gpu TIMEOUT 300)

@@ -1,0 +1,6 @@
+# Mask tests: spec parsing and API misuse, the CPU compiler against the dense
+# oracle, and the GPU compiler against the CPU one (byte for byte).
+stof_add_test(test_mask_parse SOURCES test_mask_parse.c PARTS core mask)
+stof_add_test(test_mask_compile SOURCES test_mask_compile.c PARTS core mask TIMEOUT 900)
+stof_add_test(test_mask_gpu SOURCES test_mask_gpu.c PARTS core mask LABELS gpu TIMEOUT 900)
+stof_add_test(test_mask_tile SOURCES test_mask_tile.c PARTS core mask)

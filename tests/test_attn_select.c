@@ -1,0 +1,236 @@
+/*
+ * test_attn_select.c — the attention selector's decisions on cases computed
+ * by hand from the formulas in src/attn/select.h (H100 and A100 figures),
+ * forced kernels, extreme shapes, the tile-shape default for mask compiles,
+ * and the bit tricks the row-wise kernel uses to hand visible keys to lanes.
+ */
+#include "attn/bits.h"
+#include "attn/select.h"
+#include "testlib.h"
+
+#include <math.h>
+#include <string.h>
+
+static attn_device h100(void)
+{
+    attn_device d = {132, 233472, 232448, 2048, 65536};
+    return d;
+}
+
+static attn_device a100(void)
+{
+    attn_device d = {108, 167936, 166912, 2048, 65536};
+    return d;
+}
+
+static attn_problem problem(int B, int H, int L, int D, int tm, int tn, double tiles_per_row)
+{
+    attn_problem p = {B, H, L, L, D, tm, tn, tiles_per_row};
+    return p;
+}
+
+static bool close_to(double a, double b)
+{
+    return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(b));
+}
+
+static void test_density_and_bound(void)
+{
+    /* Dense L = 4096 in 64 x 64 tiles: 64 tiles per row, each 16 16x16 tiles: rho = 1. */
+    attn_problem p = problem(1, 1, 4096, 64, 64, 64, 64.0);
+    CHECK(close_to(attn_density16(&p), 1.0), "dense rho %g", attn_density16(&p));
+    /* One tile per row: 64 * 16 / 256^2 = 1/64. */
+    p.tiles_per_row = 1.0;
+    CHECK(close_to(attn_density16(&p), 1.0 / 64), "rho %g", attn_density16(&p));
+    /* 128 x 64 tiles count 32 16x16 tiles each over 32 tile rows: same units. */
+    p = problem(1, 1, 4096, 64, 128, 64, 1.0);
+    CHECK(close_to(attn_density16(&p), 32.0 * 32 / 65536), "rho %g", attn_density16(&p));
+    /* A 64 x 64 tile over a 32 x 32 matrix is clamped to density 1. */
+    p = problem(1, 1, 32, 64, 64, 64, 1.0);
+    CHECK(close_to(attn_density16(&p), 1.0), "clamped rho %g", attn_density16(&p));
+    CHECK(close_to(attn_rowwise_bound(4096, 4096), 1.1 / 64), "bound 4096: %g",
+          attn_rowwise_bound(4096, 4096));
+    CHECK(close_to(attn_rowwise_bound(128, 128), 1.1 / 9), "bound 128: %g",
+          attn_rowwise_bound(128, 128));
+    CHECK(isinf(attn_rowwise_bound(1, 1)) && isinf(attn_rowwise_bound(16, 16)), "n = 1: +inf");
+    CHECK(close_to(attn_rowwise_bound(32, 32), 1.1), "n = 2: tau");
+}
+
+static void test_occupancy(void)
+{
+    attn_device d = h100();
+    /* Hand-computed CTAs per SM (smem = (block_m + 4 * 64) * (D + 8) * 2 + 1024 reserved). */
+    const int want[3][ATTN_BW_NCONFIGS] = {{4, 2, 2}, {3, 1, 2}, {2, 1, 2}};
+    const int dims[3] = {32, 64, 128};
+    for (int i = 0; i < 3; i++) {
+        for (int c = 0; c < ATTN_BW_NCONFIGS; c++) {
+            int got = attn_bw_ctas_per_sm(&attn_bw_configs[c], dims[i], &d);
+            CHECK(got == want[i][c], "D=%d warps=%d: %d CTAs/SM, want %d", dims[i],
+                  attn_bw_configs[c].warps, got, want[i][c]);
+        }
+    }
+    CHECK(attn_bw_smem_bytes(64, 64, 64) == 46080, "smem 64/64x64 %lld",
+          (long long)attn_bw_smem_bytes(64, 64, 64));
+    CHECK(attn_bw_smem_bytes(128, 128, 64) == 104448, "smem 128/128x64 %lld",
+          (long long)attn_bw_smem_bytes(128, 128, 64));
+    attn_device a = a100();
+    CHECK(attn_bw_ctas_per_sm(&attn_bw_configs[1], 128, &a) == 1, "A100 D=128 8 warps");
+    attn_device tiny = d;
+    tiny.smem_per_block = 48 * 1024;
+    CHECK(attn_bw_ctas_per_sm(&attn_bw_configs[1], 128, &tiny) == 0, "CTA over the opt-in limit");
+}
+
+static void test_blockwise_choices(void)
+{
+    attn_device d = h100();
+    stof_attn_choice ch;
+    /* Dense (4, 16, 4096) D=64 on 128x64 tiles: 4 warps (3 CTAs/SM, 11 waves, L2-bound)
+     * score 4096 * 4 * 262144 / (11 * 2048), 8 warps (1 CTA/SM, 16 waves) 262144. */
+    attn_problem p = problem(4, 16, 4096, 64, 128, 64, 64.0);
+    CHECK(close_to(attn_bw_score(&attn_bw_configs[0], &p, &d), 4096.0 * 4 * 262144 / (11 * 2048)),
+          "score W4 %g", attn_bw_score(&attn_bw_configs[0], &p, &d));
+    CHECK(close_to(attn_bw_score(&attn_bw_configs[1], &p, &d), 262144.0), "score W8 %g",
+          attn_bw_score(&attn_bw_configs[1], &p, &d));
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && ch.warps == 8 && ch.block_m == 128 &&
+              ch.block_n == 64 && close_to(ch.score, 262144.0),
+          "dense 4096 128x64: kernel %d warps %d score %g", ch.kernel, ch.warps, ch.score);
+    /* Same on 64x64 tiles: only the 4-warp configuration fits. */
+    p = problem(4, 16, 4096, 64, 64, 64, 64.0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && ch.warps == 4 && ch.block_m == 64,
+          "dense 4096 64x64: kernel %d warps %d", ch.kernel, ch.warps);
+    /* (1, 12, 128) on 128x64 tiles: one wave, both 24576: the tie keeps 4 warps. */
+    p = problem(1, 12, 128, 64, 128, 64, 2.0);
+    CHECK(close_to(attn_bw_score(&attn_bw_configs[0], &p, &d), 24576.0), "small W4 %g",
+          attn_bw_score(&attn_bw_configs[0], &p, &d));
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && ch.warps == 4, "small: kernel %d warps %d", ch.kernel,
+          ch.warps);
+    /* Head dim 128, (8, 12, 1024), 16 tiles per row. */
+    p = problem(8, 12, 1024, 128, 128, 64, 16.0);
+    CHECK(close_to(attn_bw_score(&attn_bw_configs[1], &p, &d), 262144.0), "D128 W8 %g",
+          attn_bw_score(&attn_bw_configs[1], &p, &d));
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && ch.warps == 8, "D128: warps %d", ch.warps);
+}
+
+static void test_rowwise_choices(void)
+{
+    attn_device d = h100();
+    stof_attn_choice ch;
+    /* Threshold at L = 4096, 64x64 tiles: rho = tiles_per_row / 64 against 1.1 / 64. */
+    attn_problem p = problem(1, 12, 4096, 64, 64, 64, 1.09);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE && ch.score > 1.0, "just below: kernel %d score %g",
+          ch.kernel, ch.score);
+    p.tiles_per_row = 1.11;
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "just above: kernel %d", ch.kernel);
+    /* Very sparse short rows: 16x16 tiles (no block-wise configuration) and a window of a
+     * tile or two per row at L = 4096: rho = 3 * 256 / 65536 < 1.1 / 64. */
+    p = problem(2, 12, 4096, 64, 16, 16, 3.0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE && ch.block_n == 16, "sparse 16x16: kernel %d", ch.kernel);
+    /* L = 128, half the tile rows padding (tiles_per_row 0.05): rho 0.05 < 1.1 / 9. */
+    p = problem(8, 12, 128, 64, 64, 64, 0.05);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE, "short sparse: kernel %d", ch.kernel);
+    /* L <= 32 always goes row-wise, even dense. */
+    p = problem(1, 1, 32, 64, 64, 64, 1.0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE, "L=32: kernel %d", ch.kernel);
+    /* Tile shapes without a block-wise configuration go row-wise under AUTO. */
+    p = problem(4, 16, 4096, 64, 32, 32, 128.0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE, "32x32 dense: kernel %d", ch.kernel);
+}
+
+static void test_forced_and_extremes(void)
+{
+    attn_device d = h100();
+    stof_attn_choice ch;
+    attn_problem p = problem(4, 16, 4096, 64, 64, 64, 64.0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_ROWWISE, &ch));
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE && ch.warps == ATTN_ROWWISE_WARPS, "forced row-wise");
+    p.tiles_per_row = 0.5;
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "forced block-wise on a sparse mask");
+    p = problem(4, 16, 4096, 64, 32, 32, 64.0);
+    CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_BLOCKWISE, &ch), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), "64x64") && strstr(stof_last_error(), "32x32"),
+          "message names the shapes: %s", stof_last_error());
+    p = problem(4, 16, 4096, 80, 64, 64, 64.0);
+    CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_BLOCKWISE, &ch), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), "head dim 80") != NULL, "message: %s", stof_last_error());
+    attn_device none = d;
+    none.sm_count = 0;
+    p = problem(4, 16, 4096, 64, 64, 64, 64.0);
+    CHECK_OK(attn_select(&p, &none, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE, "no SMs: row-wise");
+    CHECK_STATUS(attn_select(&p, &none, STOF_ATTN_BLOCKWISE, &ch), STOF_ERR_UNSUPPORTED);
+
+    /* L = 1; an empty mask; the largest lengths: decisions, no crash, no NaN. */
+    p = problem(1, 1, 1, 64, 64, 64, 1.0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE && !isnan(ch.score), "L=1: kernel %d", ch.kernel);
+    p = problem(1, 1, 1000, 64, 64, 64, 0.0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE && isinf(ch.score), "empty mask: score %g", ch.score);
+    p = problem(65535, 65535, 2147483000, 128, 128, 64, 1e7);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && isfinite(ch.score) && ch.score > 0,
+          "huge: kernel %d score %g", ch.kernel, ch.score);
+    p.tiles_per_row = 1.0;
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE, "huge and sparse: kernel %d", ch.kernel);
+    p = problem(0, 0, 0, 64, 0, 0, 0.0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE, "all zeros: kernel %d", ch.kernel);
+}
+
+static int naive_nth(uint64_t w, int n)
+{
+    for (int i = 0; i < 64; i++)
+        if ((w >> i) & 1ull && n-- == 0) return i;
+    return -1;
+}
+
+static void test_bits(void)
+{
+    test_rng r;
+    test_rng_init(&r, test_seed());
+    int bad_nth = 0, bad_drop = 0;
+    for (int it = 0; it < 20000; it++) {
+        uint64_t w = test_rng_next(&r);
+        int sparsity = (int)test_rng_int(&r, 0, 3); /* thin some words out */
+        for (int s = 0; s < sparsity; s++)
+            w &= test_rng_next(&r);
+        if (it == 0) w = ~0ull;
+        if (it == 1) w = 1ull << 63;
+        int c = attn_popc64(w);
+        for (int n = 0; n < c; n++)
+            if (attn_nth_set_bit(w, n) != naive_nth(w, n)) bad_nth++;
+        int take = (int)test_rng_int(&r, 0, 65);
+        uint64_t want = w;
+        for (int k = 0; k < take && want; k++)
+            want &= want - 1;
+        if (attn_drop_low_bits(w, take) != want) bad_drop++;
+    }
+    CHECK(bad_nth == 0, "%d wrong nth-set-bit answers", bad_nth);
+    CHECK(bad_drop == 0, "%d wrong drop-low-bits answers", bad_drop);
+    CHECK(attn_low_mask(0) == 0 && attn_low_mask(-5) == 0, "low mask <= 0");
+    CHECK(attn_low_mask(64) == ~0ull && attn_low_mask(1000) == ~0ull, "low mask >= 64");
+    CHECK(attn_low_mask(17) == 0x1ffffull, "low mask 17");
+}
+
+int main(void)
+{
+    test_density_and_bound();
+    test_occupancy();
+    test_blockwise_choices();
+    test_rowwise_choices();
+    test_forced_and_extremes();
+    test_bits();
+    return test_finish("test_attn_select");
+}

@@ -1,0 +1,412 @@
+/*
+ * test_fuse_config.c — the host logic of src/fuse without a GPU: the table of
+ * instantiated template configs, descriptor validation (each broken field is
+ * named), shared-memory footprints, shape checks, the rule-based default, and
+ * the argument checks of every entry point. The checks run before any CUDA
+ * call, so a context that merely claims to be a GPU (never used for work)
+ * exercises them; a check that went missing would reach CUDA with bogus
+ * pointers and fail here with the wrong status.
+ */
+#include "fuse/fuse.h"
+#include "testlib.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define H100_SMEM 232448
+
+static bool message_has(const char *needle)
+{
+    return strstr(stof_last_error(), needle) != NULL;
+}
+
+static void test_tables(void)
+{
+    fuse_tpl tpls[] = {FUSE_TPL_GEMM_BIAS_ACT, FUSE_TPL_GEMM_RES_LN, FUSE_TPL_FFN_CHAIN};
+    for (int t = 0; t < 3; t++) {
+        int n = 0;
+        const fuse_config *list = fuse_config_list(tpls[t], &n);
+        CHECK(list && n > 0, "%s has no instantiated configs", fuse_tpl_name(tpls[t]));
+        for (int i = 0; i < n; i++) {
+            char name[96];
+            fuse_config_format(&list[i], name, sizeof name);
+            CHECK(list[i].tpl == tpls[t], "%s carries template %d", name, (int)list[i].tpl);
+            CHECK_OK(fuse_config_check(&list[i]));
+            CHECK(strncmp(name, fuse_tpl_name(tpls[t]), strlen(fuse_tpl_name(tpls[t]))) == 0,
+                  "format gives \"%s\"", name);
+        }
+    }
+    int n = 1;
+    CHECK(fuse_config_list(FUSE_TPL_NONE, &n) == NULL && n == 0, "tpl NONE lists %d", n);
+    n = 1;
+    CHECK(fuse_config_list((fuse_tpl)42, &n) == NULL && n == 0, "tpl 42 lists %d", n);
+    CHECK(strcmp(fuse_act_name(FUSE_ACT_GELU_TANH), "gelu_tanh") == 0, "act name");
+    CHECK(fuse_chain_hidden_ok(768) && !fuse_chain_hidden_ok(512), "chain hidden sizes");
+}
+
+static void test_validation(void)
+{
+    int n = 0;
+    const fuse_config base = fuse_config_list(FUSE_TPL_GEMM_BIAS_ACT, &n)[1]; /* 128x128x32 */
+    fuse_config c;
+
+    CHECK_STATUS(fuse_config_check(NULL), STOF_ERR_INVALID_ARG);
+    c = base;
+    c.tpl = (fuse_tpl)9;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("unknown template 9"), "message: %s", stof_last_error());
+    c = base;
+    c.block_k = 48;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("block_k 48"), "message: %s", stof_last_error());
+    c = base;
+    c.block_m = 24;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("block_m 24"), "message: %s", stof_last_error());
+    c = base;
+    c.block_n = 512;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("block_n 512"), "message: %s", stof_last_error());
+    c = base;
+    c.warps_m = 0;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    c = base;
+    c.warps_m = 5;
+    c.warps_n = 4;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("5 x 4 warps"), "message: %s", stof_last_error());
+    c = base;
+    c.stages = 1;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("stages 1"), "message: %s", stof_last_error());
+    c = base;
+    c.stages = 9;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    c = base;
+    c.block_m = 32;
+    c.warps_m = 4; /* 8-row warp tiles */
+    c.warps_n = 2;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("block_m 32 does not split"), "message: %s", stof_last_error());
+    c = base;
+    c.block_n = 64;
+    c.warps_n = 8; /* 8-column warp tiles */
+    c.warps_m = 1;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("block_n 64 does not split"), "message: %s", stof_last_error());
+    /* well formed, not compiled */
+    c = base;
+    c.stages = 5;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("not instantiated"), "message: %s", stof_last_error());
+    /* chain rules */
+    c = fuse_config_list(FUSE_TPL_FFN_CHAIN, &n)[0];
+    c.warps_m = 2;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("columns only"), "message: %s", stof_last_error());
+}
+
+static fuse_config find_config(fuse_tpl tpl, int bm, int bn, int bk)
+{
+    int n = 0;
+    const fuse_config *list = fuse_config_list(tpl, &n);
+    for (int i = 0; i < n; i++)
+        if (list[i].block_m == bm && list[i].block_n == bn && list[i].block_k == bk) return list[i];
+    fuse_config none;
+    memset(&none, 0, sizeof none);
+    return none;
+}
+
+static void test_smem_and_shapes(void)
+{
+    fuse_config a = find_config(FUSE_TPL_GEMM_BIAS_ACT, 128, 128, 32);
+    fuse_config b = find_config(FUSE_TPL_GEMM_RES_LN, 32, 128, 32);
+    fuse_config c = find_config(FUSE_TPL_FFN_CHAIN, 32, 128, 32);
+    CHECK(a.tpl && b.tpl && c.tpl, "expected configs are listed");
+    /* stages x (bm + bn) rows x (bk + 8) x 2 bytes */
+    CHECK(fuse_config_smem_bytes(&a, 0) == 4 * 256 * 40 * 2, "gemm smem %zu",
+          fuse_config_smem_bytes(&a, 0));
+    /* + block_m x (n + 8) fp32 */
+    CHECK(fuse_config_smem_bytes(&b, 768) == 3 * 160 * 40 * 2 + 32 * 776 * 4, "res_ln smem %zu",
+          fuse_config_smem_bytes(&b, 768));
+    /* x block + h chunk + 2 stages of max(w1 slice, w2 slice) + reductions */
+    size_t want = 32 * 776 * 2 + 32 * 136 * 2 + 2 * (768 * 24 * 2) + 2 * 8 * 32 * 4;
+    CHECK(fuse_config_smem_bytes(&c, 768) == want, "chain smem %zu (want %zu)",
+          fuse_config_smem_bytes(&c, 768), want);
+
+    CHECK_OK(fuse_config_check_shape(&a, 16384, 3072, 768, H100_SMEM));
+    CHECK_OK(fuse_config_check_shape(&a, 1, 8, 8, H100_SMEM));
+    CHECK_STATUS(fuse_config_check_shape(&a, 0, 768, 768, H100_SMEM), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_config_check_shape(&a, 128, 12, 768, H100_SMEM), STOF_ERR_SHAPE);
+    CHECK(message_has("n = 12"), "message: %s", stof_last_error());
+    CHECK_STATUS(fuse_config_check_shape(&a, 128, 768, 0, H100_SMEM), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_config_check_shape(&a, (int64_t)128 * 70000, 768, 768, H100_SMEM),
+                 STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_config_check_shape(&a, 128, 768, 768, 48 * 1024), STOF_ERR_UNSUPPORTED);
+    CHECK(message_has("shared memory"), "message: %s", stof_last_error());
+    CHECK_OK(fuse_config_check_shape(&b, 128, 768, 3072, H100_SMEM));
+    CHECK_STATUS(fuse_config_check_shape(&b, 128, 8200, 3072, 1 << 30), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_config_check_shape(&b, 128, 4096, 3072, H100_SMEM), STOF_ERR_UNSUPPORTED);
+    CHECK_OK(fuse_config_check_shape(&c, 128, 768, 3072, H100_SMEM));
+    CHECK_STATUS(fuse_config_check_shape(&c, 128, 512, 2048, H100_SMEM), STOF_ERR_UNSUPPORTED);
+    CHECK(message_has("hidden size 512"), "message: %s", stof_last_error());
+    CHECK_STATUS(fuse_config_check_shape(&c, 128, 768, 3000, H100_SMEM), STOF_ERR_SHAPE);
+    CHECK(message_has("intermediate size 3000"), "message: %s", stof_last_error());
+}
+
+static void test_default_rule(void)
+{
+    fuse_config d = fuse_config_default(FUSE_TPL_GEMM_BIAS_ACT, 16384, 3072, 768, 132, H100_SMEM);
+    CHECK(d.tpl == FUSE_TPL_GEMM_BIAS_ACT && d.block_m * d.block_n == 128 * 256,
+          "big GEMM default %dx%d", d.block_m, d.block_n);
+    d = fuse_config_default(FUSE_TPL_GEMM_BIAS_ACT, 1, 768, 768, 132, H100_SMEM);
+    CHECK(d.tpl == FUSE_TPL_GEMM_BIAS_ACT && d.block_m == 32 && d.block_n == 64,
+          "one-token GEMM default %dx%d", d.block_m, d.block_n);
+    d = fuse_config_default(FUSE_TPL_GEMM_RES_LN, 128, 768, 3072, 132, H100_SMEM);
+    CHECK(d.tpl == FUSE_TPL_GEMM_RES_LN && d.block_m == 16, "res_ln default block_m %d", d.block_m);
+    d = fuse_config_default(FUSE_TPL_GEMM_RES_LN, 65536, 768, 3072, 132, H100_SMEM);
+    CHECK(d.tpl == FUSE_TPL_GEMM_RES_LN && d.block_m == 32,
+          "res_ln default at 64k tokens: block_m %d (64 needs too much smem at 768)", d.block_m);
+    d = fuse_config_default(FUSE_TPL_FFN_CHAIN, 4096, 768, 3072, 132, H100_SMEM);
+    CHECK(d.tpl == FUSE_TPL_FFN_CHAIN, "chain default exists at 768");
+    CHECK_OK(fuse_config_check_shape(&d, 4096, 768, 3072, H100_SMEM));
+    d = fuse_config_default(FUSE_TPL_FFN_CHAIN, 4096, 512, 2048, 132, H100_SMEM);
+    CHECK(d.tpl == FUSE_TPL_NONE, "chain default at hidden 512 should be NONE");
+    d = fuse_config_default(FUSE_TPL_GEMM_BIAS_ACT, 128, 768, 768, 132, 1024);
+    CHECK(d.tpl == FUSE_TPL_NONE, "nothing fits in 1 KiB of smem");
+}
+
+/* Fake device addresses: 16-byte aligned, never dereferenced. */
+#define P(addr) ((void *)(uintptr_t)(addr))
+
+static fuse_linear_args linear_args(void)
+{
+    fuse_linear_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = STOF_F16;
+    a.m = 128;
+    a.n = 768;
+    a.k = 768;
+    a.x = P(0x1000000);
+    a.w = P(0x2000000);
+    a.bias = P(0x3000000);
+    a.residual = P(0x4000000);
+    a.gamma = P(0x5000000);
+    a.beta = P(0x6000000);
+    a.eps = 1e-12f;
+    a.y = P(0x7000000);
+    return a;
+}
+
+static fuse_ffn_args ffn_args(void)
+{
+    fuse_ffn_args f;
+    memset(&f, 0, sizeof f);
+    f.dtype = STOF_BF16;
+    f.m = 128;
+    f.hidden = 768;
+    f.inter = 3072;
+    f.x = P(0x1000000);
+    f.w1 = P(0x2000000);
+    f.b1 = P(0x3000000);
+    f.w2 = P(0x8000000);
+    f.b2 = P(0x9000000);
+    f.act = FUSE_ACT_GELU;
+    f.residual = P(0x1000000);
+    f.gamma = P(0x5000000);
+    f.beta = P(0x6000000);
+    f.eps = 1e-12f;
+    f.y = P(0x1000000);
+    f.inter_buf = P(0x10000000);
+    return f;
+}
+
+static void test_argument_checks(void)
+{
+    stof_ctx fake;
+    memset(&fake, 0, sizeof fake);
+    fake.device = STOF_DEVICE_GPU;
+    fake.sm_count = 132;
+    fake.smem_per_block_optin = H100_SMEM;
+    snprintf(fake.device_name, sizeof fake.device_name, "claimed GPU");
+    stof_ctx *ctx = &fake;
+    fuse_choice lt = {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}};
+    fuse_choice st = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}};
+    fuse_ws ws = {NULL, 0};
+    fuse_linear_args a;
+
+    /* contexts */
+    a = linear_args();
+    CHECK_STATUS(fuse_linear_act(NULL, &lt, &a, ws), STOF_ERR_INVALID_ARG);
+    stof_ctx_params cp = stof_ctx_default_params();
+    cp.device = STOF_DEVICE_CPU;
+    stof_ctx *cpu = NULL;
+    CHECK_OK(stof_ctx_create(&cp, &cpu));
+    CHECK_STATUS(fuse_linear_act(cpu, &lt, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("CPU"), "message: %s", stof_last_error());
+    CHECK_STATUS(fuse_bias_act(cpu, STOF_F16, 4, 8, a.x, NULL, FUSE_ACT_RELU, a.y),
+                 STOF_ERR_INVALID_ARG);
+    stof_ctx_destroy(cpu);
+
+    /* linear + act */
+    CHECK_STATUS(fuse_linear_act(ctx, NULL, &a, ws), STOF_ERR_INVALID_ARG);
+    fuse_choice badpath = {(fuse_path)7, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}};
+    CHECK_STATUS(fuse_linear_act(ctx, &badpath, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_linear_act(ctx, &lt, NULL, ws), STOF_ERR_INVALID_ARG);
+    a = linear_args();
+    a.dtype = STOF_F32;
+    CHECK_STATUS(fuse_linear_act(ctx, &st, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("f32"), "message: %s", stof_last_error());
+    a = linear_args();
+    a.x = P(0x1000002);
+    CHECK_STATUS(fuse_linear_act(ctx, &lt, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("16-byte aligned"), "message: %s", stof_last_error());
+    a = linear_args();
+    a.w = NULL;
+    CHECK_STATUS(fuse_linear_act(ctx, &st, &a, ws), STOF_ERR_INVALID_ARG);
+    a = linear_args();
+    a.n = 12;
+    CHECK_STATUS(fuse_linear_act(ctx, &st, &a, ws), STOF_ERR_SHAPE);
+    CHECK(message_has("n = 12"), "message: %s", stof_last_error());
+    a = linear_args();
+    a.k = 0;
+    CHECK_STATUS(fuse_linear_act(ctx, &lt, &a, ws), STOF_ERR_SHAPE);
+    a = linear_args();
+    a.m = 0;
+    CHECK_STATUS(fuse_linear_act(ctx, &st, &a, ws), STOF_ERR_SHAPE);
+    a = linear_args();
+    a.act = (fuse_act)7;
+    CHECK_STATUS(fuse_linear_act(ctx, &lt, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("activation 7"), "message: %s", stof_last_error());
+    a = linear_args();
+    a.y = P(0x1000000 + 128 * 768); /* inside x */
+    CHECK_STATUS(fuse_linear_act(ctx, &st, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("overlaps x"), "message: %s", stof_last_error());
+    a = linear_args();
+    fuse_choice wrong_tpl = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_RES_LN, NULL)[0]};
+    CHECK_STATUS(fuse_linear_act(ctx, &wrong_tpl, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("does not run this segment"), "message: %s", stof_last_error());
+    fuse_choice uncompiled = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_BIAS_ACT, NULL)[0]};
+    uncompiled.config.stages = 7;
+    CHECK_STATUS(fuse_linear_act(ctx, &uncompiled, &a, ws), STOF_ERR_INVALID_ARG);
+
+    /* cuBLASLt specifics */
+    a = linear_args();
+    CHECK_STATUS(fuse_lt_gemm(ctx, &a, FUSE_ACT_GELU, NULL, ws), STOF_ERR_UNSUPPORTED);
+    CHECK(message_has("tanh"), "message: %s", stof_last_error());
+    CHECK_STATUS(fuse_lt_gemm(ctx, &a, FUSE_ACT_RELU, a.residual, ws), STOF_ERR_INVALID_ARG);
+    fuse_ws odd_ws = {P(0x20000010), 1 << 20};
+    CHECK_STATUS(fuse_lt_gemm(ctx, &a, FUSE_ACT_NONE, NULL, odd_ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("256-byte"), "message: %s", stof_last_error());
+
+    /* linear + residual + LayerNorm */
+    a = linear_args();
+    a.residual = NULL;
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &st, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("residual is NULL"), "message: %s", stof_last_error());
+    a = linear_args();
+    a.eps = 0.f;
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &lt, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("eps"), "message: %s", stof_last_error());
+    a = linear_args();
+    a.n = 8200;
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &lt, &a, ws), STOF_ERR_SHAPE);
+    a = linear_args();
+    a.residual = P(0x7000000 + 256); /* partly over y */
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &st, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("partly overlaps residual"), "message: %s", stof_last_error());
+    a = linear_args();
+    a.gamma = NULL;
+    CHECK_STATUS(fuse_run_gemm_res_ln(ctx, NULL, &a), STOF_ERR_INVALID_ARG);
+
+    /* FFN */
+    fuse_ffn_args f = ffn_args();
+    f.beta = NULL;
+    CHECK_STATUS(fuse_ffn(ctx, &st, &f, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("gamma and beta"), "message: %s", stof_last_error());
+    f = ffn_args();
+    f.inter_buf = NULL;
+    CHECK_STATUS(fuse_ffn(ctx, &lt, &f, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("inter_buf"), "message: %s", stof_last_error());
+    f = ffn_args();
+    f.inter_buf = P(0x1000000 + 4096); /* inside x */
+    CHECK_STATUS(fuse_ffn(ctx, &lt, &f, ws), STOF_ERR_INVALID_ARG);
+    f = ffn_args();
+    f.hidden = 512;
+    f.inter = 2048;
+    CHECK_STATUS(fuse_ffn(ctx, &st, &f, ws), STOF_ERR_UNSUPPORTED);
+    f = ffn_args();
+    f.inter = 3000;
+    CHECK_STATUS(fuse_run_ffn_chain(ctx, NULL, &f), STOF_ERR_UNSUPPORTED);
+    f = ffn_args();
+    f.y = P(0x1000000 + 64); /* partly over x */
+    CHECK_STATUS(fuse_ffn(ctx, &st, &f, ws), STOF_ERR_INVALID_ARG);
+    f = ffn_args();
+    f.w2 = P(0x1000000 + 1024); /* a weight under y */
+    CHECK_STATUS(fuse_ffn(ctx, &st, &f, ws), STOF_ERR_INVALID_ARG);
+
+    /* row kernels */
+    void *x = P(0x1000000), *y = P(0x7000000), *g = P(0x5000000), *b = P(0x6000000);
+    CHECK_STATUS(fuse_bias_act(ctx, STOF_F32, 4, 8, x, NULL, FUSE_ACT_RELU, y),
+                 STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_bias_act(ctx, STOF_F16, 4, 12, x, NULL, FUSE_ACT_RELU, y), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_bias_act(ctx, STOF_F16, 4, 8, x, NULL, FUSE_ACT_RELU, P(0x1000010)),
+                 STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_add_layernorm(ctx, STOF_F16, 4, 8200, x, NULL, g, b, 1e-5f, y),
+                 STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_add_layernorm(ctx, STOF_F16, 4, 768, x, NULL, NULL, b, 1e-5f, y),
+                 STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_add_layernorm(ctx, STOF_F16, 4, 768, x, NULL, g, b, -1.f, y),
+                 STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(
+        fuse_bias_residual_layernorm(ctx, STOF_BF16, 4, 768, x, b, P(0x7000010), g, b, 1e-5f, y),
+        STOF_ERR_INVALID_ARG);
+    int32_t *cu = P(0xa000000);
+    CHECK_STATUS(fuse_cu_seqlens(ctx, P(0xb000000), 0, 128, cu), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_cu_seqlens(ctx, P(0xb000002), 4, 128, cu), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_pack(ctx, STOF_U8, x, cu, 4, 128, 768, y, 512), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_pack(ctx, STOF_F16, x, cu, 4, 128, 768, y, 513), STOF_ERR_SHAPE);
+    CHECK(message_has("packed_cap 513"), "message: %s", stof_last_error());
+    CHECK_STATUS(fuse_pack(ctx, STOF_F16, P(0x1000004), cu, 4, 128, 768, y, 512),
+                 STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_unpack(ctx, STOF_F16, x, cu, 4, 128, 768, P(0x1000000 + 1024), 512),
+                 STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_packed_positions(ctx, cu, 4, 0, P(0xb000000), 512), STOF_ERR_SHAPE);
+    fuse_embed_tables t;
+    memset(&t, 0, sizeof t);
+    t.word = P(0x11000000);
+    t.position = P(0x12000000);
+    t.type = P(0x13000000);
+    t.gamma = g;
+    t.beta = b;
+    t.vocab = 30522;
+    t.max_pos = 512;
+    t.type_vocab = 2;
+    t.hidden = 768;
+    t.eps = 1e-12f;
+    int32_t *ids = P(0xb000000);
+    CHECK_STATUS(fuse_embeddings(ctx, STOF_F16, NULL, ids, ids, NULL, 4, y), STOF_ERR_INVALID_ARG);
+    t.vocab = 0;
+    CHECK_STATUS(fuse_embeddings(ctx, STOF_F16, &t, ids, ids, NULL, 4, y), STOF_ERR_SHAPE);
+    t.vocab = 30522;
+    t.hidden = 8200;
+    CHECK_STATUS(fuse_embeddings(ctx, STOF_F16, &t, ids, ids, NULL, 4, y), STOF_ERR_SHAPE);
+    t.hidden = 768;
+    CHECK_STATUS(fuse_embeddings(ctx, STOF_F16, &t, NULL, ids, NULL, 4, y), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_mean_pool(ctx, STOF_BF16, x, cu, 4, 768, 512, STOF_F16, y),
+                 STOF_ERR_INVALID_ARG);
+    CHECK(message_has("neither f32"), "message: %s", stof_last_error());
+    CHECK_STATUS(fuse_mean_pool(ctx, STOF_F16, x, cu, 70000, 768, 512, STOF_F32, y),
+                 STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_mean_pool(ctx, STOF_F16, x, cu, 4, 100, 512, STOF_F32, y), STOF_ERR_SHAPE);
+}
+
+int main(void)
+{
+    test_tables();
+    test_validation();
+    test_smem_and_shapes();
+    test_default_rule();
+    test_argument_checks();
+    return test_finish("test_fuse_config");
+}

@@ -1,0 +1,708 @@
+/*
+ * test_model_forward_gpu.c — the GPU encoder forward against the CPU forward
+ * (the fp32 reference of test_model_forward_cpu.c) on random-weight BERT
+ * models written by this test: a small one (head dim 32, sentence-
+ * transformers layout, mean pooling + normalise), a middle one (head dim 64,
+ * tanh GELU, CLS pooling) and a BERT-base-sized one (hidden 768, 12 heads,
+ * 2 layers) whose larger batches take the fused templates (GEMM + residual +
+ * LayerNorm, FFN chain) while small ones take cuBLASLt. Dense, padded (with
+ * an empty sequence) and sparse masks, f16 and bf16, ids on the host and on
+ * the device, f32 and half hidden outputs, pooled outputs on either side.
+ * Outputs are poisoned before every run; padding must come back as zeros.
+ * The tiny test folders (head dim 16) must be refused with a clear error.
+ */
+#include "core/core.h"
+#include "testlib.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STOF_TEST_DATA_DIR
+#error "STOF_TEST_DATA_DIR must name tests/data"
+#endif
+
+#define CHECK_FAIL(call, status, needle)                                                           \
+    do {                                                                                           \
+        stof_status cf_st_ = (call);                                                               \
+        CHECK(cf_st_ == (status) && strstr(stof_last_error(), (needle)) != NULL,                   \
+              "%s -> %s (want %s), message \"%s\" should contain \"%s\"", #call,                   \
+              stof_status_str(cf_st_), stof_status_str(status), stof_last_error(), (needle));      \
+    } while (0)
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static void *dev_alloc(size_t n)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, n ? n : 16) != cudaSuccess) {
+        fprintf(stderr, "cudaMalloc(%zu) failed\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+static void to_dev(void *dst, const void *src, size_t n)
+{
+    if (cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice) != cudaSuccess) exit(1);
+}
+
+static void to_host(void *dst, const void *src, size_t n)
+{
+    if (cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost) != cudaSuccess) exit(1);
+}
+
+/* ---------------------------------------------------------------- model folders */
+
+typedef struct model_desc {
+    const char *name;
+    int hidden, heads, inter, layers, vocab, positions, types;
+    const char *act;
+    const char *stored;  /* "F32", "F16" or "BF16" */
+    const char *layout;  /* "plain", "st_sub" (0_Transformer), "st_root" */
+    const char *pooling; /* "mean" or "cls" */
+    bool normalize;
+} model_desc;
+
+static char tmp_root[512];
+static stof_ctx *g_cpu, *g_gpu;
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || (n && fwrite(data, 1, n, f) != n)) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    write_file(path, text, strlen(text));
+}
+
+static void make_dir(const char *path)
+{
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "cannot create %s\n", path);
+        exit(1);
+    }
+}
+
+/* One tensor of the checkpoint being written. */
+typedef struct st_tensor {
+    char name[192];
+    int ndim;
+    int64_t shape[2];
+    float *values;
+} st_tensor;
+
+typedef struct checkpoint {
+    st_tensor *t;
+    int count, cap;
+} checkpoint;
+
+/* Weights uniform with the standard deviation std around mean. */
+static void ck_add(checkpoint *ck, test_rng *r, const char *name, int64_t d0, int64_t d1,
+                   float mean, float std)
+{
+    if (ck->count == ck->cap) {
+        ck->cap = ck->cap ? 2 * ck->cap : 64;
+        ck->t = realloc(ck->t, sizeof *ck->t * (size_t)ck->cap);
+        if (!ck->t) exit(1);
+    }
+    st_tensor *t = &ck->t[ck->count++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    int64_t n = d0 * (d1 ? d1 : 1);
+    t->values = xmalloc(sizeof(float) * (size_t)n);
+    float a = std * sqrtf(3.0f);
+    for (int64_t i = 0; i < n; i++)
+        t->values[i] = mean + test_rng_float(r, -a, a);
+}
+
+static void ck_linear(checkpoint *ck, test_rng *r, const char *base, int out, int in)
+{
+    char n[192];
+    snprintf(n, sizeof n, "%s.weight", base);
+    ck_add(ck, r, n, out, in, 0.0f, 1.0f / sqrtf((float)in));
+    snprintf(n, sizeof n, "%s.bias", base);
+    ck_add(ck, r, n, out, 0, 0.0f, 0.05f);
+}
+
+static void ck_layernorm(checkpoint *ck, test_rng *r, const char *base, int h)
+{
+    char n[192];
+    snprintf(n, sizeof n, "%s.LayerNorm.weight", base);
+    ck_add(ck, r, n, h, 0, 1.0f, 0.1f);
+    snprintf(n, sizeof n, "%s.LayerNorm.bias", base);
+    ck_add(ck, r, n, h, 0, 0.0f, 0.05f);
+}
+
+static void random_checkpoint(const model_desc *d, test_rng *r, checkpoint *ck)
+{
+    memset(ck, 0, sizeof *ck);
+    ck_add(ck, r, "embeddings.word_embeddings.weight", d->vocab, d->hidden, 0.0f, 0.5f);
+    ck_add(ck, r, "embeddings.position_embeddings.weight", d->positions, d->hidden, 0.0f, 0.2f);
+    ck_add(ck, r, "embeddings.token_type_embeddings.weight", d->types, d->hidden, 0.0f, 0.2f);
+    ck_layernorm(ck, r, "embeddings", d->hidden);
+    for (int l = 0; l < d->layers; l++) {
+        char b[128];
+        const char *lin[3] = {"query", "key", "value"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(b, sizeof b, "encoder.layer.%d.attention.self.%s", l, lin[i]);
+            ck_linear(ck, r, b, d->hidden, d->hidden);
+        }
+        snprintf(b, sizeof b, "encoder.layer.%d.attention.output.dense", l);
+        ck_linear(ck, r, b, d->hidden, d->hidden);
+        snprintf(b, sizeof b, "encoder.layer.%d.attention.output", l);
+        ck_layernorm(ck, r, b, d->hidden);
+        snprintf(b, sizeof b, "encoder.layer.%d.intermediate.dense", l);
+        ck_linear(ck, r, b, d->inter, d->hidden);
+        snprintf(b, sizeof b, "encoder.layer.%d.output.dense", l);
+        ck_linear(ck, r, b, d->hidden, d->inter);
+        snprintf(b, sizeof b, "encoder.layer.%d.output", l);
+        ck_layernorm(ck, r, b, d->hidden);
+    }
+}
+
+static void free_checkpoint(checkpoint *ck)
+{
+    for (int i = 0; i < ck->count; i++)
+        free(ck->t[i].values);
+    free(ck->t);
+}
+
+/* safetensors: 8-byte header length, JSON header (padded to 8), data back to back. */
+static void write_safetensors(const char *path, const checkpoint *ck, const char *dtype)
+{
+    size_t es = strcmp(dtype, "F32") == 0 ? 4 : 2;
+    size_t cap = 256 + (size_t)ck->count * 256, len = 0, off = 0;
+    char *hdr = xmalloc(cap);
+    len += (size_t)snprintf(hdr + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < ck->count; i++) {
+        const st_tensor *t = &ck->t[i];
+        size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+        if (t->ndim == 2)
+            len += (size_t)snprintf(hdr + len, cap - len,
+                                    ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],"
+                                    "\"data_offsets\":[%zu,%zu]}",
+                                    t->name, dtype, (long long)t->shape[0], (long long)t->shape[1],
+                                    off, off + n * es);
+        else
+            len += (size_t)snprintf(hdr + len, cap - len,
+                                    ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld],"
+                                    "\"data_offsets\":[%zu,%zu]}",
+                                    t->name, dtype, (long long)t->shape[0], off, off + n * es);
+        off += n * es;
+    }
+    len += (size_t)snprintf(hdr + len, cap - len, "}");
+    while (len % 8)
+        hdr[len++] = ' ';
+    FILE *f = fopen(path, "wb");
+    if (!f) exit(1);
+    uint64_t hl = len;
+    fwrite(&hl, 8, 1, f);
+    fwrite(hdr, 1, len, f);
+    for (int i = 0; i < ck->count; i++) {
+        const st_tensor *t = &ck->t[i];
+        size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+        if (es == 4) {
+            fwrite(t->values, 4, n, f);
+            continue;
+        }
+        uint16_t *h = xmalloc(n * 2);
+        for (size_t j = 0; j < n; j++)
+            h[j] = strcmp(dtype, "F16") == 0 ? stof_f32_to_f16(t->values[j])
+                                             : stof_f32_to_bf16(t->values[j]);
+        fwrite(h, 2, n, f);
+        free(h);
+    }
+    fclose(f);
+    free(hdr);
+}
+
+static void write_config(const char *dir, const model_desc *d)
+{
+    char path[1024], text[2048];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(text, sizeof text,
+             "{\"architectures\": [\"BertModel\"], \"model_type\": \"bert\", \"hidden_size\": %d,"
+             " \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"intermediate_size\": %d,"
+             " \"hidden_act\": \"%s\", \"layer_norm_eps\": 1e-12, \"vocab_size\": %d,"
+             " \"max_position_embeddings\": %d, \"type_vocab_size\": %d, \"pad_token_id\": 0,"
+             " \"position_embedding_type\": \"absolute\", \"hidden_dropout_prob\": 0.1,"
+             " \"attention_probs_dropout_prob\": 0.1, \"initializer_range\": 0.02}\n",
+             d->hidden, d->layers, d->heads, d->inter, d->act, d->vocab, d->positions, d->types);
+    write_text(path, text);
+}
+
+/* Writes the folder of d under tmp_root; out gets the path to load. */
+static void write_model(const model_desc *d, test_rng *r, char *out, size_t cap)
+{
+    char root[768], tdir[900], path[1024], text[1024];
+    snprintf(root, sizeof root, "%s/%s", tmp_root, d->name);
+    make_dir(root);
+    bool st = strcmp(d->layout, "plain") != 0;
+    bool sub = strcmp(d->layout, "st_sub") == 0;
+    snprintf(tdir, sizeof tdir, "%s%s", root, sub ? "/0_Transformer" : "");
+    make_dir(tdir);
+    checkpoint ck;
+    random_checkpoint(d, r, &ck);
+    snprintf(path, sizeof path, "%s/model.safetensors", tdir);
+    write_safetensors(path, &ck, d->stored);
+    free_checkpoint(&ck);
+    write_config(tdir, d);
+    if (st) {
+        snprintf(path, sizeof path, "%s/modules.json", root);
+        snprintf(text, sizeof text,
+                 "[{\"idx\": 0, \"name\": \"0\", \"path\": \"%s\", \"type\": "
+                 "\"sentence_transformers.models.Transformer\"},"
+                 " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": "
+                 "\"sentence_transformers.models.Pooling\"}%s]\n",
+                 sub ? "0_Transformer" : "",
+                 d->normalize ? ", {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", "
+                                "\"type\": \"sentence_transformers.models.Normalize\"}"
+                              : "");
+        write_text(path, text);
+        snprintf(path, sizeof path, "%s/1_Pooling", root);
+        make_dir(path);
+        snprintf(path, sizeof path, "%s/1_Pooling/config.json", root);
+        bool cls = strcmp(d->pooling, "cls") == 0;
+        snprintf(text, sizeof text,
+                 "{\"word_embedding_dimension\": %d, \"pooling_mode_cls_token\": %s,"
+                 " \"pooling_mode_mean_tokens\": %s, \"pooling_mode_max_tokens\": false,"
+                 " \"pooling_mode_mean_sqrt_len_tokens\": false}\n",
+                 d->hidden, cls ? "true" : "false", cls ? "false" : "true");
+        write_text(path, text);
+        if (d->normalize) {
+            snprintf(path, sizeof path, "%s/2_Normalize", root);
+            make_dir(path);
+        }
+    }
+    snprintf(out, cap, "%s", root);
+}
+
+/* ---------------------------------------------------------------- one comparison */
+
+typedef struct run_case {
+    int B, L;
+    bool lengths_null; /* every sequence L long */
+    bool empty_seq;    /* sequence 1 has length 0 */
+    bool types;
+    const char *mask; /* spec text, "dense:heads" (per-head dense tensor) or NULL */
+} run_case;
+
+typedef struct models {
+    stof_model *cpu, *gpu;
+    stof_model_info info;
+} models;
+
+/* A per-head dense mask: head h sees key j from query i when |i - j| <= 2 + h or j == 0. */
+static uint8_t *per_head_dense(int heads, int L)
+{
+    uint8_t *m = xmalloc((size_t)heads * L * L);
+    for (int h = 0; h < heads; h++)
+        for (int i = 0; i < L; i++)
+            for (int j = 0; j < L; j++)
+                m[((size_t)h * L + i) * L + j] = (uint8_t)(abs(i - j) <= 2 + h || j == 0);
+    return m;
+}
+
+static double rel_err_valid(const float *out, const float *ref, const int32_t *lengths, int B,
+                            int L, int H, int64_t *pad_bad)
+{
+    double num = 0, den = 0;
+    *pad_bad = 0;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < L; i++)
+            for (int c = 0; c < H; c++) {
+                int64_t k = ((int64_t)b * L + i) * H + c;
+                if (i >= lengths[b]) {
+                    *pad_bad += out[k] != 0.0f;
+                    continue;
+                }
+                double d = (double)out[k] - ref[k];
+                num += isnan(out[k]) ? INFINITY : d * d;
+                den += (double)ref[k] * ref[k];
+            }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void compare_case(const models *mm, const run_case *rc, test_rng *r, double tol,
+                         const char *label)
+{
+    const stof_model_info *info = &mm->info;
+    int B = rc->B, L = rc->L, H = info->hidden;
+    int64_t nid = (int64_t)B * L, nh = nid * H, np = (int64_t)B * H;
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)nid),
+            *types = xmalloc(sizeof(int32_t) * (size_t)nid);
+    int32_t *lengths = xmalloc(sizeof(int32_t) * (size_t)B);
+    for (int b = 0; b < B; b++) {
+        lengths[b] = rc->lengths_null ? L : (int32_t)test_rng_int(r, L / 2 > 0 ? L / 2 : 1, L);
+        if (rc->empty_seq && b == 1) lengths[b] = 0;
+        for (int i = 0; i < L; i++) {
+            bool real = i < lengths[b];
+            ids[b * L + i] = real ? (int32_t)test_rng_int(r, 0, info->vocab - 1) : -77;
+            types[b * L + i] = real ? (int32_t)test_rng_int(r, 0, info->type_vocab - 1) : 99;
+        }
+    }
+    stof_mask_spec *spec = NULL;
+    uint8_t *dense = NULL;
+    if (rc->mask && strcmp(rc->mask, "dense:heads") == 0) {
+        dense = per_head_dense(info->heads, L);
+        int64_t sh[4] = {1, info->heads, L, L};
+        stof_tensor t = stof_tensor_make(dense, STOF_U8, STOF_MEM_HOST, 4, sh);
+        CHECK_OK(stof_mask_spec_create(&spec));
+        CHECK_OK(stof_mask_spec_add_dense(spec, &t));
+    } else if (rc->mask) {
+        CHECK_OK(stof_mask_spec_parse(rc->mask, &spec));
+    }
+    stof_forward_params fp = stof_forward_default_params();
+    fp.mask = spec;
+    int64_t s_ids[2] = {B, L}, s_len[1] = {B}, s_hid[3] = {B, L, H}, s_pool[2] = {B, H};
+    stof_tensor t_ids = stof_tensor_make(ids, STOF_I32, STOF_MEM_HOST, 2, s_ids);
+    stof_tensor t_types = stof_tensor_make(types, STOF_I32, STOF_MEM_HOST, 2, s_ids);
+    stof_tensor t_len = stof_tensor_make(lengths, STOF_I32, STOF_MEM_HOST, 1, s_len);
+    const stof_tensor *lp = rc->lengths_null ? NULL : &t_len;
+    const stof_tensor *tp = rc->types ? &t_types : NULL;
+
+    /* CPU reference. */
+    float *ref_h = xmalloc(sizeof(float) * (size_t)nh),
+          *ref_p = xmalloc(sizeof(float) * (size_t)np);
+    stof_tensor c_hid = stof_tensor_make(ref_h, STOF_F32, STOF_MEM_HOST, 3, s_hid);
+    stof_tensor c_pool = stof_tensor_make(ref_p, STOF_F32, STOF_MEM_HOST, 2, s_pool);
+    CHECK_OK(stof_model_forward(mm->cpu, &fp, &t_ids, lp, tp, &c_hid, &c_pool));
+
+    /* GPU, host ids: half hidden (device), pooled to the host. */
+    size_t es = stof_dtype_size(info->dtype);
+    void *d_hid = dev_alloc((size_t)nh * es), *d_hid32 = dev_alloc((size_t)nh * 4);
+    void *d_pool = dev_alloc((size_t)np * 4);
+    float *g_pool = xmalloc(sizeof(float) * (size_t)np),
+          *g_pool2 = xmalloc(sizeof(float) * (size_t)np);
+    cudaMemset(d_hid, 0xff, (size_t)nh * es); /* NaN in f16 and bf16 */
+    cudaMemset(d_hid32, 0xff, (size_t)nh * 4);
+    cudaMemset(d_pool, 0xff, (size_t)np * 4);
+    test_poison_f32(g_pool, np);
+    stof_tensor g_hid_t = stof_tensor_make(d_hid, info->dtype, STOF_MEM_DEVICE, 3, s_hid);
+    stof_tensor g_pool_t = stof_tensor_make(g_pool, STOF_F32, STOF_MEM_HOST, 2, s_pool);
+    CHECK_OK(stof_model_forward(mm->gpu, &fp, &t_ids, lp, tp, &g_hid_t, &g_pool_t));
+    CHECK_OK(stof_ctx_synchronize(g_gpu));
+
+    uint16_t *half = xmalloc(2 * (size_t)nh);
+    float *g_h = xmalloc(sizeof(float) * (size_t)nh);
+    to_host(half, d_hid, (size_t)nh * 2);
+    for (int64_t i = 0; i < nh; i++)
+        g_h[i] = info->dtype == STOF_BF16 ? stof_bf16_to_f32(half[i]) : stof_f16_to_f32(half[i]);
+    int32_t *eff_len = xmalloc(sizeof(int32_t) * (size_t)B);
+    for (int b = 0; b < B; b++)
+        eff_len[b] = rc->lengths_null ? L : lengths[b];
+    int64_t pad_bad = 0;
+    double eh = rel_err_valid(g_h, ref_h, eff_len, B, L, H, &pad_bad);
+    double ep = test_rel_err(g_pool, ref_p, np);
+    printf("  %-8s %-5s B=%-2d L=%-4d %-26s hidden rel err %.2e, pooled %.2e\n", label,
+           stof_dtype_name(info->dtype), B, L,
+           rc->mask ? rc->mask : (rc->lengths_null ? "dense" : "padded"), eh, ep);
+    CHECK(eh < tol, "%s: hidden rel err %.3e (tolerance %.0e)", label, eh, tol);
+    CHECK(ep < tol, "%s: pooled rel err %.3e (tolerance %.0e)", label, ep, tol);
+    CHECK(pad_bad == 0, "%s: %lld padding elements are not zero", label, (long long)pad_bad);
+
+    /* GPU, device ids and types: f32 hidden, pooled in device memory; same values. */
+    int32_t *d_ids = dev_alloc(sizeof(int32_t) * (size_t)nid),
+            *d_types = dev_alloc(sizeof(int32_t) * (size_t)nid);
+    to_dev(d_ids, ids, sizeof(int32_t) * (size_t)nid);
+    to_dev(d_types, types, sizeof(int32_t) * (size_t)nid);
+    stof_tensor dt_ids = stof_tensor_make(d_ids, STOF_I32, STOF_MEM_DEVICE, 2, s_ids);
+    stof_tensor dt_types = stof_tensor_make(d_types, STOF_I32, STOF_MEM_DEVICE, 2, s_ids);
+    stof_tensor g_hid32 = stof_tensor_make(d_hid32, STOF_F32, STOF_MEM_DEVICE, 3, s_hid);
+    stof_tensor g_pool_d = stof_tensor_make(d_pool, STOF_F32, STOF_MEM_DEVICE, 2, s_pool);
+    CHECK_OK(stof_model_forward(mm->gpu, &fp, &dt_ids, lp, rc->types ? &dt_types : NULL, &g_hid32,
+                                &g_pool_d));
+    CHECK_OK(stof_ctx_synchronize(g_gpu)); /* the ctx's stream does not sync with cudaMemcpy */
+    float *g_h32 = xmalloc(sizeof(float) * (size_t)nh);
+    to_host(g_h32, d_hid32, sizeof(float) * (size_t)nh);
+    to_host(g_pool2, d_pool, sizeof(float) * (size_t)np);
+    double e32 = test_rel_err(g_h32, g_h, nh);
+    double ep2 = test_rel_err(g_pool2, g_pool, np);
+    CHECK(e32 < 1e-6, "%s: f32 hidden from device ids differs from the half one (%.3e)", label,
+          e32);
+    CHECK(ep2 < 1e-6, "%s: device pooled from device ids differs from the host one (%.3e)", label,
+          ep2);
+
+    cudaFree(d_ids);
+    cudaFree(d_types);
+    cudaFree(d_hid);
+    cudaFree(d_hid32);
+    cudaFree(d_pool);
+    free(g_h32);
+    free(eff_len);
+    free(half);
+    free(g_h);
+    free(g_pool);
+    free(g_pool2);
+    free(ref_h);
+    free(ref_p);
+    free(ids);
+    free(types);
+    free(lengths);
+    free(dense);
+    stof_mask_spec_destroy(spec);
+}
+
+/* ---------------------------------------------------------------- drivers */
+
+static void load_pair(const char *dir, stof_dtype dtype, models *mm)
+{
+    stof_model_params p = stof_model_default_params();
+    p.dtype = dtype;
+    mm->cpu = mm->gpu = NULL;
+    CHECK_OK(stof_model_load(g_cpu, dir, NULL, &mm->cpu));
+    CHECK_OK(stof_model_load(g_gpu, dir, &p, &mm->gpu));
+    if (!mm->cpu || !mm->gpu) {
+        fprintf(stderr, "cannot load %s\n", dir);
+        exit(1);
+    }
+    CHECK_OK(stof_model_get_info(mm->gpu, &mm->info));
+    stof_model_info ci;
+    CHECK_OK(stof_model_get_info(mm->cpu, &ci));
+    CHECK(mm->info.dtype == dtype && ci.dtype == STOF_F32 && ci.pooling == mm->info.pooling &&
+              ci.normalize == mm->info.normalize,
+          "%s: info differs between the CPU and GPU loads", dir);
+}
+
+static void free_pair(models *mm)
+{
+    stof_model_destroy(mm->cpu);
+    stof_model_destroy(mm->gpu);
+}
+
+static void run_model(const model_desc *d, const run_case *cases, int n_cases, test_rng *r)
+{
+    char dir[1024];
+    write_model(d, r, dir, sizeof dir);
+    stof_dtype dts[2] = {STOF_F16, STOF_BF16};
+    for (int k = 0; k < 2; k++) {
+        models mm;
+        load_pair(dir, dts[k], &mm);
+        CHECK(mm.info.pooling ==
+                      (strcmp(d->pooling, "cls") == 0 ? STOF_POOL_CLS : STOF_POOL_MEAN) &&
+                  mm.info.normalize == (int)d->normalize,
+              "%s: pooling/normalize not read from the folder", d->name);
+        double tol = dts[k] == STOF_F16 ? 1e-2 : 3e-2;
+        for (int c = 0; c < n_cases; c++)
+            compare_case(&mm, &cases[c], r, tol, d->name);
+        free_pair(&mm);
+    }
+}
+
+static void test_small_models(test_rng *r)
+{
+    static const model_desc small = {"small", 64,     2,     128,      2,      200, 128,
+                                     2,       "gelu", "F32", "st_sub", "mean", true};
+    static const run_case small_cases[] = {
+        {3, 24, false, true, true, NULL},
+        {2, 17, true, false, false, NULL},
+        {4, 64, false, false, true, "window:4,global:2"},
+        {3, 100, false, true, false, "random:16x2@9,window:3"},
+        {2, 40, false, false, true, "causal"},
+        {2, 33, false, false, false, "dense:heads"},
+    };
+    run_model(&small, small_cases, (int)(sizeof small_cases / sizeof small_cases[0]), r);
+
+    static const model_desc mid = {"mid", 128,        2,      256,       3,     300,  256,
+                                   3,     "gelu_new", "BF16", "st_root", "cls", false};
+    static const run_case mid_cases[] = {
+        {5, 48, false, true, true, NULL},
+        {1, 1, true, false, false, NULL},
+        {2, 200, false, false, true, "dilated:8x2,global:[0,7]"},
+        {3, 130, false, false, false, "window:16:0,global:1"},
+    };
+    run_model(&mid, mid_cases, (int)(sizeof mid_cases / sizeof mid_cases[0]), r);
+}
+
+static void test_base_model(test_rng *r)
+{
+    static const model_desc base = {"base", 768,    12,    3072,    2,      1000, 512,
+                                    2,      "gelu", "F16", "plain", "mean", false};
+    /* Small token counts run cuBLASLt + row kernels; the large batch
+     * (thousands of tokens) runs the residual + LayerNorm and FFN chain templates. */
+    static const run_case cases[] = {
+        {1, 128, true, false, false, NULL},
+        {4, 256, false, true, true, NULL},
+        {2, 512, false, false, false, "window:64,global:4"},
+        {2, 384, false, false, true, "random:64x2@5,window:32"},
+        {12, 512, false, false, false, NULL},
+        {10, 512, false, false, false, "window:128,global:16"},
+    };
+    run_model(&base, cases, (int)(sizeof cases / sizeof cases[0]), r);
+}
+
+/* Workspace growth and shrink: a repeat of a small shape after a large one gives the same. */
+static void test_shapes(test_rng *r)
+{
+    static const model_desc d = {"shapes", 128,    4,     256,     1,      100,  256,
+                                 2,        "relu", "F16", "plain", "mean", false};
+    char dir[1024];
+    write_model(&d, r, dir, sizeof dir);
+    models mm;
+    load_pair(dir, STOF_F16, &mm);
+    int shapes[][2] = {{2, 16}, {6, 200}, {2, 16}, {1, 256}, {2, 16}};
+    int32_t ids[2 * 16], lengths[2] = {16, 9};
+    for (int i = 0; i < 32; i++)
+        ids[i] = (int32_t)test_rng_int(r, 0, 99);
+    float first[2 * 128], now[2 * 128];
+    int64_t s_ids[2] = {2, 16}, s_len[1] = {2}, s_pool[2] = {2, 128};
+    stof_tensor t_ids = stof_tensor_make(ids, STOF_I32, STOF_MEM_HOST, 2, s_ids);
+    stof_tensor t_len = stof_tensor_make(lengths, STOF_I32, STOF_MEM_HOST, 1, s_len);
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int B = shapes[k][0], L = shapes[k][1];
+        if (B == 2 && L == 16) {
+            stof_tensor t_pool = stof_tensor_make(now, STOF_F32, STOF_MEM_HOST, 2, s_pool);
+            test_poison_f32(now, 2 * 128);
+            CHECK_OK(stof_model_forward(mm.gpu, NULL, &t_ids, &t_len, NULL, NULL, &t_pool));
+            if (k == 0) memcpy(first, now, sizeof first);
+            double e = test_rel_err(now, first, 2 * 128);
+            CHECK(e < 1e-6, "shape (2, 16) after larger shapes differs: %.3e", e);
+            continue;
+        }
+        int32_t *big = xmalloc(sizeof(int32_t) * (size_t)B * L);
+        for (int i = 0; i < B * L; i++)
+            big[i] = (int32_t)test_rng_int(r, 0, 99);
+        int64_t sh[2] = {B, L};
+        stof_tensor tb = stof_tensor_make(big, STOF_I32, STOF_MEM_HOST, 2, sh);
+        CHECK_OK(stof_model_forward(mm.gpu, NULL, &tb, NULL, NULL, NULL, NULL));
+        free(big);
+    }
+    /* All sequences empty: zeros, nothing computed. */
+    int32_t zero_len[2] = {0, 0};
+    stof_tensor t_zero = stof_tensor_make(zero_len, STOF_I32, STOF_MEM_HOST, 1, s_len);
+    stof_tensor t_pool = stof_tensor_make(now, STOF_F32, STOF_MEM_HOST, 2, s_pool);
+    test_poison_f32(now, 2 * 128);
+    CHECK_OK(stof_model_forward(mm.gpu, NULL, &t_ids, &t_zero, NULL, NULL, &t_pool));
+    bool zeros = true;
+    for (int i = 0; i < 2 * 128; i++)
+        zeros &= now[i] == 0.0f;
+    CHECK(zeros, "an all-empty batch must pool to zeros");
+    free_pair(&mm);
+}
+
+static void test_gpu_misuse(test_rng *r)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tiny_bert", STOF_TEST_DATA_DIR);
+    stof_model *m = (stof_model *)&m;
+    CHECK_FAIL(stof_model_load(g_gpu, path, NULL, &m), STOF_ERR_UNSUPPORTED,
+               "head dims 32, 64 and 128; this model has 16");
+    CHECK(m == NULL, "out not reset after a refused load");
+    static const model_desc d = {"misuse", 64,     2,     128,     1,      150,  64,
+                                 2,        "gelu", "F32", "plain", "mean", false};
+    char dir[1024];
+    write_model(&d, r, dir, sizeof dir);
+    stof_model_params p = stof_model_default_params();
+    p.dtype = STOF_F32;
+    CHECK_FAIL(stof_model_load(g_gpu, dir, &p, &m), STOF_ERR_UNSUPPORTED, "f16 or bf16");
+    p.dtype = STOF_F16;
+    m = NULL;
+    CHECK_OK(stof_model_load(g_gpu, dir, &p, &m));
+    if (!m) return;
+
+    enum { B = 2, L = 8, H = 64 };
+    int32_t ids[B * L], types[B * L], lengths[B] = {8, 5};
+    for (int i = 0; i < B * L; i++) {
+        ids[i] = i % 150;
+        types[i] = i % 2;
+    }
+    int64_t s_ids[2] = {B, L}, s_len[1] = {B}, s_hid[3] = {B, L, H};
+    int32_t *d_ids = dev_alloc(sizeof ids), *d_types = dev_alloc(sizeof types);
+    void *d_hid = dev_alloc((size_t)B * L * H * 2);
+    float host_hid[B * L * H];
+    stof_tensor t_len = stof_tensor_make(lengths, STOF_I32, STOF_MEM_HOST, 1, s_len);
+    stof_tensor dt_ids = stof_tensor_make(d_ids, STOF_I32, STOF_MEM_DEVICE, 2, s_ids);
+    stof_tensor dt_types = stof_tensor_make(d_types, STOF_I32, STOF_MEM_DEVICE, 2, s_ids);
+    stof_tensor t_hid = stof_tensor_make(d_hid, STOF_F16, STOF_MEM_DEVICE, 3, s_hid);
+
+    ids[1 * L + 3] = 150;  /* vocab is 150 */
+    ids[1 * L + 6] = -400; /* padding: never read */
+    to_dev(d_ids, ids, sizeof ids);
+    to_dev(d_types, types, sizeof types);
+    CHECK_FAIL(stof_model_forward(m, NULL, &dt_ids, &t_len, NULL, &t_hid, NULL),
+               STOF_ERR_INVALID_ARG, "ids[1, 3] = 150 is outside the vocabulary [0, 150)");
+    ids[1 * L + 3] = 3;
+    types[0 * L + 2] = 5;
+    to_dev(d_ids, ids, sizeof ids);
+    to_dev(d_types, types, sizeof types);
+    CHECK_FAIL(stof_model_forward(m, NULL, &dt_ids, &t_len, &dt_types, &t_hid, NULL),
+               STOF_ERR_INVALID_ARG, "token_types[0, 2] = 5 is outside");
+    types[0 * L + 2] = 1;
+    to_dev(d_types, types, sizeof types);
+    CHECK_OK(stof_model_forward(m, NULL, &dt_ids, &t_len, &dt_types, &t_hid, NULL));
+
+    stof_tensor bad = dt_ids;
+    bad.stride[0] = 2 * L;
+    bad.shape[1] = L / 2;
+    CHECK_FAIL(stof_model_forward(m, NULL, &bad, NULL, NULL, NULL, NULL), STOF_ERR_SHAPE,
+               "ids in device memory must be contiguous");
+    bad = t_len;
+    bad.memory = STOF_MEM_DEVICE;
+    CHECK_FAIL(stof_model_forward(m, NULL, &dt_ids, &bad, NULL, NULL, NULL), STOF_ERR_INVALID_ARG,
+               "lengths must be in host memory");
+    bad = stof_tensor_make(host_hid, STOF_F32, STOF_MEM_HOST, 3, s_hid);
+    CHECK_FAIL(stof_model_forward(m, NULL, &dt_ids, &t_len, NULL, &bad, NULL), STOF_ERR_INVALID_ARG,
+               "hidden_out is in host memory");
+    bad = t_hid;
+    bad.dtype = STOF_BF16;
+    CHECK_FAIL(stof_model_forward(m, NULL, &dt_ids, &t_len, NULL, &bad, NULL), STOF_ERR_SHAPE,
+               "hidden_out is bf16; this model writes f16");
+    CHECK_OK(stof_model_forward(m, NULL, &dt_ids, &t_len, NULL, &t_hid, NULL));
+    cudaFree(d_ids);
+    cudaFree(d_types);
+    cudaFree(d_hid);
+    stof_model_destroy(m);
+}
+
+int main(void)
+{
+    test_require_gpu("test_model_forward_gpu");
+    test_rng r;
+    test_rng_init(&r, test_seed());
+    const char *base = getenv("TMPDIR");
+    snprintf(tmp_root, sizeof tmp_root, "%s/stof_model_forward_XXXXXX",
+             base && *base ? base : "/tmp");
+    if (!mkdtemp(tmp_root)) {
+        fprintf(stderr, "cannot create a temporary folder\n");
+        return 1;
+    }
+    stof_ctx_params cp = stof_ctx_default_params();
+    cp.device = STOF_DEVICE_CPU;
+    if (stof_ctx_create(&cp, &g_cpu) != STOF_OK) return 1;
+    cp.device = STOF_DEVICE_GPU;
+    if (stof_ctx_create(&cp, &g_gpu) != STOF_OK) {
+        fprintf(stderr, "cannot create a GPU context: %s\n", stof_last_error());
+        return 1;
+    }
+    test_small_models(&r);
+    test_shapes(&r);
+    test_gpu_misuse(&r);
+    test_base_model(&r);
+    stof_ctx_destroy(g_gpu);
+    stof_ctx_destroy(g_cpu);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);
+    return test_finish("test_model_forward_gpu");
+}

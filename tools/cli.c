@@ -1,0 +1,120 @@
+/*
+ * cli.c — option parsing and small utilities for the stof command.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *cli_next(cli_args *a, bool *is_option)
+{
+    if (a->pos >= a->argc) return NULL;
+    const char *s = a->argv[a->pos++];
+    *is_option = s[0] == '-' && s[1] == '-' && s[2] != '\0';
+    return s;
+}
+
+const char *cli_value(cli_args *a, const char *opt)
+{
+    if (a->pos >= a->argc) {
+        fprintf(stderr, "stof %s: %s needs a value\n", a->cmd, opt);
+        return NULL;
+    }
+    return a->argv[a->pos++];
+}
+
+static bool parse_long(const char *text, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end != '\0') return false;
+    *out = v;
+    return true;
+}
+
+bool cli_int(const cli_args *a, const char *opt, const char *text, long lo, long hi, int *out)
+{
+    long v;
+    if (!parse_long(text, &v) || v < lo || v > hi) {
+        fprintf(stderr, "stof %s: %s: '%s' is not an integer in [%ld, %ld]\n", a->cmd, opt, text,
+                lo, hi);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+bool cli_int_list(const cli_args *a, const char *opt, const char *text, long lo, long hi,
+                  int32_t *out, int cap, int *n)
+{
+    char buf[4096];
+    if (strlen(text) >= sizeof buf) {
+        fprintf(stderr, "stof %s: %s: list too long\n", a->cmd, opt);
+        return false;
+    }
+    strcpy(buf, text);
+    *n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int v;
+        if (*n >= cap) {
+            fprintf(stderr, "stof %s: %s: more than %d values\n", a->cmd, opt, cap);
+            return false;
+        }
+        if (!cli_int(a, opt, tok, lo, hi, &v)) return false;
+        out[(*n)++] = v;
+    }
+    if (*n == 0) {
+        fprintf(stderr, "stof %s: %s: empty list\n", a->cmd, opt);
+        return false;
+    }
+    return true;
+}
+
+bool cli_device(const cli_args *a, const char *text, stof_device *out)
+{
+    if (strcmp(text, "auto") == 0) *out = STOF_DEVICE_AUTO;
+    else if (strcmp(text, "cpu") == 0) *out = STOF_DEVICE_CPU;
+    else if (strcmp(text, "gpu") == 0) *out = STOF_DEVICE_GPU;
+    else {
+        fprintf(stderr, "stof %s: --device: '%s' is not one of auto, cpu, gpu\n", a->cmd, text);
+        return false;
+    }
+    return true;
+}
+
+bool cli_dtype(const cli_args *a, const char *text, stof_dtype *out)
+{
+    if (strcmp(text, "f16") == 0 || strcmp(text, "fp16") == 0) *out = STOF_F16;
+    else if (strcmp(text, "bf16") == 0) *out = STOF_BF16;
+    else if (strcmp(text, "f32") == 0 || strcmp(text, "fp32") == 0) *out = STOF_F32;
+    else {
+        fprintf(stderr, "stof %s: --dtype: '%s' is not one of f16, bf16, f32\n", a->cmd, text);
+        return false;
+    }
+    return true;
+}
+
+int cli_fail(const cli_args *a, const char *what, stof_status st)
+{
+    fprintf(stderr, "stof %s: %s: %s: %s\n", a->cmd, what, stof_status_str(st), stof_last_error());
+    return 1;
+}
+
+double cli_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+int cli_cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}

@@ -1,0 +1,43 @@
+/*
+ * cli.h — what the stof command's subcommands share: option parsing that
+ * rejects what it does not understand, timing, and device buffers.
+ */
+#ifndef STOF_CLI_H
+#define STOF_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stof.h"
+
+/* One "--name value" or "--flag" option; argv entries are consumed in order. */
+typedef struct cli_args {
+    int argc;
+    char **argv;
+    int pos;
+    const char *cmd;
+} cli_args;
+
+/* Next option name ("--seq") or positional (returns it with *is_option false); NULL at the end. */
+const char *cli_next(cli_args *a, bool *is_option);
+/* The value after an option; prints an error and returns NULL when missing. */
+const char *cli_value(cli_args *a, const char *opt);
+/* Parse an int in [lo, hi]; prints "stof CMD: --opt: ..." and returns false otherwise. */
+bool cli_int(const cli_args *a, const char *opt, const char *text, long lo, long hi, int *out);
+/* Comma-separated ints in [lo, hi]; at most cap of them. */
+bool cli_int_list(const cli_args *a, const char *opt, const char *text, long lo, long hi,
+                  int32_t *out, int cap, int *n);
+bool cli_device(const cli_args *a, const char *text, stof_device *out);
+bool cli_dtype(const cli_args *a, const char *text, stof_dtype *out);
+
+/* Print "stof CMD: <what>: <status>: <stof_last_error()>" and return 1. */
+int cli_fail(const cli_args *a, const char *what, stof_status st);
+
+double cli_now_ms(void);
+int cli_cmp_double(const void *x, const void *y);
+
+int cmd_demo(cli_args *a);
+int cmd_mask(cli_args *a);
+
+#endif

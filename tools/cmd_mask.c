@@ -1,0 +1,161 @@
+/*
+ * cmd_mask.c — `stof mask SPEC`: compile a mask and show what the attention
+ * kernels will see: tile counts, density, and a map of one instance's tiles
+ * (F full, p partial, . empty).
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_BATCH 4096
+
+static void mask_usage(void)
+{
+    printf("usage: stof mask SPEC [--seq L] [--seq-k LK] [--batch B] [--heads H]\n"
+           "                 [--lengths l1,l2,..] [--tile T] [--device auto|cpu|gpu] [--map]\n"
+           "  --map  draw instance (0,0) tile by tile (at most 128 tile columns)\n");
+}
+
+/* Draw the tile map of instance (0, 0) from its dense decode. */
+static void print_tile_map(const uint8_t *dense, int lq, int lk, int tm, int tn)
+{
+    int rows = (lq + tm - 1) / tm, cols = (lk + tn - 1) / tn;
+    if (cols > 128) {
+        printf("(tile map omitted: %d tile columns)\n", cols);
+        return;
+    }
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++) {
+            long on = 0, all = 0;
+            for (int i = r * tm; i < (r + 1) * tm && i < lq; i++)
+                for (int j = c * tn; j < (c + 1) * tn && j < lk; j++) {
+                    on += dense[(size_t)i * lk + j];
+                    all++;
+                }
+            putchar(on == 0 ? '.' : on == all ? 'F' : 'p');
+        }
+        putchar('\n');
+    }
+}
+
+int cmd_mask(cli_args *a)
+{
+    const char *spec_text = NULL;
+    int lq = 1024, lk = -1, batch = 1, heads = 1, tile = 0, nlen = 0;
+    bool map = false;
+    stof_device device = STOF_DEVICE_AUTO;
+    static int32_t lengths[MAX_BATCH];
+    const char *s;
+    bool opt;
+    while ((s = cli_next(a, &opt))) {
+        const char *v = NULL;
+        if (!opt) {
+            if (spec_text) {
+                fprintf(stderr, "stof mask: more than one SPEC ('%s')\n", s);
+                return 2;
+            }
+            spec_text = s;
+        } else if (strcmp(s, "--help") == 0) {
+            mask_usage();
+            return 0;
+        } else if (strcmp(s, "--map") == 0) {
+            map = true;
+        } else if (!(v = cli_value(a, s))) {
+            return 2;
+        } else if (strcmp(s, "--seq") == 0) {
+            if (!cli_int(a, s, v, 1, 1 << 20, &lq)) return 2;
+        } else if (strcmp(s, "--seq-k") == 0) {
+            if (!cli_int(a, s, v, 1, 1 << 20, &lk)) return 2;
+        } else if (strcmp(s, "--batch") == 0) {
+            if (!cli_int(a, s, v, 1, MAX_BATCH, &batch)) return 2;
+        } else if (strcmp(s, "--heads") == 0) {
+            if (!cli_int(a, s, v, 1, 1024, &heads)) return 2;
+        } else if (strcmp(s, "--tile") == 0) {
+            if (!cli_int(a, s, v, 0, 128, &tile)) return 2;
+        } else if (strcmp(s, "--lengths") == 0) {
+            if (!cli_int_list(a, s, v, 0, 1 << 20, lengths, MAX_BATCH, &nlen)) return 2;
+        } else if (strcmp(s, "--device") == 0) {
+            if (!cli_device(a, v, &device)) return 2;
+        } else {
+            fprintf(stderr, "stof mask: unknown option '%s'\n", s);
+            return 2;
+        }
+    }
+    if (!spec_text) {
+        mask_usage();
+        return 2;
+    }
+    if (lk < 0) lk = lq;
+    if (nlen && nlen != batch) {
+        fprintf(stderr, "stof mask: --lengths has %d values but --batch is %d\n", nlen, batch);
+        return 2;
+    }
+
+    stof_status st;
+    stof_mask_spec *spec = NULL;
+    stof_ctx *ctx = NULL;
+    stof_mask *mask = NULL;
+    uint8_t *dense = NULL;
+    int rc = 1;
+    if ((st = stof_mask_spec_parse(spec_text, &spec))) return cli_fail(a, "parsing the mask spec", st);
+    stof_ctx_params cp = stof_ctx_default_params();
+    cp.device = device;
+    if ((st = stof_ctx_create(&cp, &ctx))) {
+        cli_fail(a, "creating the context", st);
+        goto done;
+    }
+    int64_t lshape[1] = {batch};
+    stof_tensor lt = stof_tensor_make(lengths, STOF_I32, STOF_MEM_HOST, 1, lshape);
+    stof_mask_params mp = stof_mask_default_params();
+    mp.batch = batch;
+    mp.heads = heads;
+    mp.len_q = lq;
+    mp.len_k = lk;
+    mp.tile_m = mp.tile_n = tile;
+    mp.lengths_q = nlen ? &lt : NULL;
+    double t0 = cli_now_ms();
+    if ((st = stof_mask_compile(ctx, spec, &mp, &mask)) || (st = stof_ctx_synchronize(ctx))) {
+        cli_fail(a, "compiling the mask", st);
+        goto done;
+    }
+    double t1 = cli_now_ms();
+    stof_mask_stats ms;
+    if ((st = stof_mask_stats_get(mask, &ms))) {
+        cli_fail(a, "reading mask statistics", st);
+        goto done;
+    }
+    char canon[1024];
+    if ((st = stof_mask_spec_format(spec, canon, sizeof canon, NULL)))
+        snprintf(canon, sizeof canon, "(spec too long to print)");
+    printf("spec          %s\n", canon);
+    printf("shape         B=%d H=%d Lq=%d Lk=%d on %s\n", batch, heads, lq, lk,
+           stof_ctx_device_name(ctx));
+    printf("instances     %d\n", ms.instances);
+    printf("tiles         %dx%d: %lld listed of %lld (%lld full, %lld partial), tile density %.4f\n",
+           ms.tile_m, ms.tile_n, (long long)(ms.tiles_full + ms.tiles_partial),
+           (long long)ms.tiles_total, (long long)ms.tiles_full, (long long)ms.tiles_partial,
+           ms.tile_density);
+    printf("visible pairs %lld, density %.4f\n", (long long)ms.nnz, ms.density);
+    printf("compile       %.3f ms (first call, host clock, includes set-up)\n", t1 - t0);
+    if (map) {
+        dense = malloc((size_t)lq * (size_t)lk);
+        if (!dense) {
+            fprintf(stderr, "stof mask: out of memory for the tile map\n");
+            goto done;
+        }
+        if ((st = stof_mask_decode(mask, 0, 0, dense, (size_t)lq * (size_t)lk))) {
+            cli_fail(a, "decoding the mask", st);
+            goto done;
+        }
+        print_tile_map(dense, lq, lk, ms.tile_m, ms.tile_n);
+    }
+    rc = 0;
+done:
+    free(dense);
+    stof_mask_destroy(mask);
+    stof_ctx_destroy(ctx);
+    stof_mask_spec_destroy(spec);
+    return rc;
+}
