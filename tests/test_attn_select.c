@@ -91,10 +91,15 @@ static void test_blockwise_choices(void)
           "score W4 %g", attn_bw_score(&attn_bw_configs[0], &p, &d));
     CHECK(close_to(attn_bw_score(&attn_bw_configs[1], &p, &d), 262144.0), "score W8 %g",
           attn_bw_score(&attn_bw_configs[1], &p, &d));
+    /* 4 warps of 32 rows (2 CTAs/SM, 8 waves, tensor-bound): 2048 * 4 * 524288 /
+     * (8 * 2048) = 262144 as well; the tie goes to 32-row warps. */
+    CHECK(close_to(attn_bw_score(&attn_bw_configs[2], &p, &d), 262144.0), "score W4x32 %g",
+          attn_bw_score(&attn_bw_configs[2], &p, &d));
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && ch.warps == 8 && ch.block_m == 128 &&
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && ch.warps == 4 && ch.block_m == 128 &&
               ch.block_n == 64 && close_to(ch.score, 262144.0),
-          "dense 4096 128x64: kernel %d warps %d score %g", ch.kernel, ch.warps, ch.score);
+          "dense 4096 128x64: kernel %d warps %d block %d score %g", ch.kernel, ch.warps,
+          ch.block_m, ch.score);
     /* Same on 64x64 tiles: only the 4-warp configuration fits. */
     p = problem(4, 16, 4096, 64, 64, 64, 64.0);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));

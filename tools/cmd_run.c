@@ -20,7 +20,6 @@
 
 #define RUN_MAX_BATCH 4096
 
-int cmd_run(cli_args *a);
 
 static void run_usage(void)
 {

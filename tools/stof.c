@@ -15,6 +15,7 @@ static void usage(FILE *f)
             "  demo     compile a mask, run masked attention on random inputs, check it\n"
             "           against the CPU backend and time it (GPU when present)\n"
             "  mask     compile a mask spec and show its tile structure and density\n"
+            "  run      run encoder forwards of a model folder on random token ids and time them\n"
             "  version  print the library version\n"
             "\n"
             "Run 'stof COMMAND --help' for a command's options.\n"
@@ -37,6 +38,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "demo") == 0) return cmd_demo(&a);
     if (strcmp(argv[1], "mask") == 0) return cmd_mask(&a);
+    if (strcmp(argv[1], "run") == 0) return cmd_run(&a);
     fprintf(stderr, "stof: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

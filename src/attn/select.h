@@ -40,8 +40,9 @@
  *    with R_WARP = 256 flop/clk, R_SM = 2048 flop/clk (mma.sync fp16/bf16 on
  *    sm_80/sm_90), R_SMEM = 128 bytes/clk (shared memory per SM) and R_L2 = 24
  *    bytes/clk per SM. With 16 rows per warp the shared-memory term equals the
- *    tensor term; 32 rows per warp halve it. Ties keep the configuration
- *    with fewer warps (more SMs busy, less contention). smem and regs are the
+ *    tensor term; 32 rows per warp halve it. Scores within 1% count as a tie,
+ *    which goes to more rows per warp (measured faster: the model does not see
+ *    all of the shared-memory cost), then to fewer warps. smem and regs are the
  *    kernel's real figures (attn_bw_smem_bytes, ptxas register counts).
  *
  * A row-wise choice reports score = (tau / (log2 n)^2) / rho (> 1: below the

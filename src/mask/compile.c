@@ -238,19 +238,48 @@ static stof_status cpu_build(stof_ctx *ctx, const stof_mask_spec *spec, const ma
  * every kernel. 128-row tiles let the block-wise kernel run 128-row CTAs of
  * four 32-row warps, which halve both the K/V traffic from L2 and the
  * shared-memory traffic per flop (measured on an H200: dense (4, 16, 4096)
- * 1.09 -> 0.99 ms, causal 0.60 -> 0.57 ms; window masks got slower, 0.113 ->
- * 0.128 ms, from the coarser partial tiles). So: 128 x 64 when the kernel has
- * 32-row warps for the head dim (<= 64), the mask is dense enough that the
- * coarser tiles cost little (64 x 64 tile density >= 0.25), rows are long
- * (Lq >= 1024) and the 128-row CTAs still fill two waves of the device.
+ * 1.09 -> 0.99 ms, causal 0.60 -> 0.57 ms) but list more masked-out area on
+ * sparse masks (window 0.113 -> 0.128 ms). So 128 x 64 is tried only when the
+ * kernel has 32-row warps for the head dim (<= 64), rows are long (Lq >= 1024)
+ * and the 128-row CTAs still fill two waves of the device, and kept only when
+ * its listed area stays within 10% of the 64 x 64 plan's.
  */
-bool mask_prefers_tall_tiles(const stof_ctx *ctx, const stof_mask_params *p, double tile_density)
+bool mask_tall_tiles_may_pay(const stof_ctx *ctx, const stof_mask_params *p)
 {
     if (!ctx || ctx->device != STOF_DEVICE_GPU || ctx->sm_count <= 0) return false;
-    if (p->head_dim <= 0 || p->head_dim > 64 || tile_density < 0.25 || p->len_q < 1024)
-        return false;
+    if (p->head_dim <= 0 || p->head_dim > 64 || p->len_q < 1024) return false;
     double ctas = (double)p->batch * p->heads * (double)stof_cdiv(p->len_q, 128);
     return ctas >= 2.0 * ctx->sm_count;
+}
+
+/* Listed tile area of a plan, in elements (from its host-side estimate). */
+static double plan_listed_area(const mask_plan *plan)
+{
+    return plan->est.tiles_per_row * (double)plan->n_rows * plan->tm * plan->tn;
+}
+
+stof_status mask_plan_tiles(stof_ctx *ctx, const stof_mask_spec *spec,
+                            const stof_mask_params *params, bool download, mask_plan *plan)
+{
+    STOF_TRY(mask_plan_make(ctx, spec, params, download, plan));
+    stof_status st = mask_plan_bound(spec, plan);
+    if (st != STOF_OK || params->tile_m || params->tile_n || !mask_tall_tiles_may_pay(ctx, params))
+        return st;
+    stof_mask_params tall_params = *params;
+    tall_params.tile_m = 128;
+    tall_params.tile_n = 64;
+    mask_plan tall;
+    st = mask_plan_make(ctx, spec, &tall_params, download, &tall);
+    if (st == STOF_OK) st = mask_plan_bound(spec, &tall);
+    if (st == STOF_OK && plan_listed_area(&tall) <= 1.1 * plan_listed_area(plan)) {
+        mask_plan_free(plan);
+        *plan = tall;
+        return STOF_OK;
+    }
+    /* Tall tiles are an option, never a reason to fail: the 64 x 64 plan stands. */
+    mask_plan_free(&tall);
+    stof_clear_error();
+    return STOF_OK;
 }
 
 stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
@@ -271,18 +300,7 @@ stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
     bool use_gpu = builder == STOF_BUILDER_GPU || (builder == STOF_BUILDER_AUTO && gpu_ctx);
     mask_plan plan;
     stof_mask *m = NULL;
-    stof_status st = mask_plan_make(ctx, spec, params, !use_gpu, &plan);
-    if (st == STOF_OK) st = mask_plan_bound(spec, &plan);
-    if (st == STOF_OK && params->tile_m == 0 && params->tile_n == 0 &&
-        mask_prefers_tall_tiles(ctx, params, plan.est.tile_density)) {
-        /* Re-plan with 128-row tiles (host work only, microseconds). */
-        stof_mask_params tall = *params;
-        tall.tile_m = 128;
-        tall.tile_n = 64;
-        mask_plan_free(&plan);
-        st = mask_plan_make(ctx, spec, &tall, !use_gpu, &plan);
-        if (st == STOF_OK) st = mask_plan_bound(spec, &plan);
-    }
+    stof_status st = mask_plan_tiles(ctx, spec, params, !use_gpu, &plan);
     if (st == STOF_OK) st = stof_host_calloc(1, sizeof *m, (void **)&m);
     if (st == STOF_OK) {
         m->ctx = ctx;

@@ -82,8 +82,14 @@ stof_status mask_plan_make(stof_ctx *ctx, const stof_mask_spec *spec, const stof
 void mask_plan_free(mask_plan *plan);
 /* Device -> host copy ordered after the ctx's stream (synchronous). */
 stof_status mask_download(stof_ctx *ctx, void *dst, const void *src, size_t bytes);
-/* Whether a mask compiled with tile 0 x 0 gets 128 x 64 tiles (compile.c says why). */
-bool mask_prefers_tall_tiles(const stof_ctx *ctx, const stof_mask_params *p, double tile_density);
+/* Whether 128 x 64 tiles are worth trying for a mask compiled with tile 0 x 0
+ * (compile.c says when they are kept). */
+bool mask_tall_tiles_may_pay(const stof_ctx *ctx, const stof_mask_params *p);
+/* The plan a compile uses: the params' tiles, or for tile 0 x 0 the 64 x 64
+ * plan, replaced by the 128 x 64 one when tall tiles may pay and list at most
+ * 10% more area. */
+stof_status mask_plan_tiles(stof_ctx *ctx, const stof_mask_spec *spec,
+                            const stof_mask_params *params, bool download, mask_plan *plan);
 /* Capacities (entries, partial tiles) and the estimate, from the spec alone. */
 stof_status mask_plan_bound(const stof_mask_spec *spec, mask_plan *plan);
 mask_layout mask_layout_make(int bm, int64_t n_rows, int tm, int wpr, int64_t entries,

@@ -1,0 +1,37 @@
+"""stof — fast attention with sparse masks on NVIDIA GPUs: the Python binding.
+
+A thin ctypes layer over libstof.so (no compiled extension). To use it from the
+build tree, put the python/ folder on the path: PYTHONPATH=python (run from the
+repository root), and the library is found at build/libstof.so.
+Elsewhere, set STOF_LIBRARY to the path of libstof.so, or install the library
+where the system loader finds it.
+
+    import torch, stof
+    q, k, v = (torch.randn(8, 12, 1024, 64, device="cuda", dtype=torch.half)
+               for _ in range(3))
+    out = stof.attention(q, k, v, mask="window:128,global:32")
+    out = stof.attention(q, k, v, mask=stof.Mask().causal(), lengths=[1024, 700, ...])
+
+CUDA tensors run on the GPU on torch.cuda.current_stream(), zero-copy; CPU
+tensors and numpy arrays run on the CPU backend. torch is never imported by
+stof itself: `import stof`, mask parsing and numpy attention work without it.
+"""
+
+from ._lib import StofError, library_path
+from ._lib import fn as _fn
+from .attention import KernelChoice, attention, attention_select
+from .mask import CompiledMask, Mask, MaskStats, cache_info, clear_cache
+
+__all__ = ["StofError", "Mask", "CompiledMask", "MaskStats", "KernelChoice", "attention",
+           "attention_select", "version", "gpu_count", "clear_cache", "cache_info",
+           "library_path"]
+
+
+def version():
+    """The library's version string, e.g. "0.1.0"."""
+    return _fn("stof_version")().decode()
+
+
+def gpu_count():
+    """Number of CUDA devices stof can use (0 without a driver or device)."""
+    return int(_fn("stof_gpu_count")())

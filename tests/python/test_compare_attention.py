@@ -1,0 +1,244 @@
+"""test_compare_attention.py — the parts of bench/compare_attention.py that need
+no GPU: the error metric against stof's CPU output, the mask identity check,
+FlexAttention's retry ladder and output check (with a stand-in for the compiled
+kernel: compiling the real one takes minutes here), the summary arithmetic, the
+JSON schema, and the table and chart writers."""
+
+import json
+
+import pytest
+
+import compare_attention as ca
+import masks as bench_masks
+import stof
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numpy")
+
+SCHEMA = ["B", "H", "L", "D", "mask", "density", "kernel", "stof_ms", "stof_mask_ms", "flex_ms",
+          "flex_mask_ms", "flex_options", "sdpa_flash_ms", "sdpa_mask_ms", "max_rel_err",
+          "flex_max_rel_err"]
+SUMMARY = ["geomean_vs_flex", "min_vs_flex", "dense_vs_sdpa", "max_mask_share",
+           "mask_share_per_layer_12"]
+
+
+@pytest.mark.parametrize("name", ["bigbird", "varlen", "longformer"])
+def test_max_rel_err_of_stof_cpu_output(seed, name):
+    gen = torch.Generator().manual_seed(seed)
+    B, H, L, D = 2, 3, 256, 32
+    bm = bench_masks.make_mask(name, B, L)
+    q, k, v = (torch.randn(B, H, L, D, generator=gen) for _ in range(3))
+    dense = bm.dense_torch("cpu")
+    out = stof.attention(q, k, v, mask=bm.spec, lengths=bm.lengths)
+    assert ca.max_rel_err(torch, q, k, v, out, dense, bm) < 1e-5
+    # chunking over heads gives the same answer
+    assert ca.max_rel_err(torch, q, k, v, out, dense, bm, budget_bytes=1) < 1e-5
+    # a wrong row is seen, garbage in padded rows is not
+    bad = out.clone()
+    bad[B - 1, 1, 3] += 1.0
+    assert ca.max_rel_err(torch, q, k, v, bad, dense, bm) > 1e-3
+    if bm.lengths is not None:
+        pad = out.clone()
+        n = bm.valid_rows()[0]
+        pad[0, :, n:] = float("nan")
+        assert ca.max_rel_err(torch, q, k, v, pad, dense, bm) < 1e-5
+    nan = out.clone()
+    nan[0, 0, 0, 0] = float("nan")
+    assert ca.max_rel_err(torch, q, k, v, nan, dense, bm) == float("inf")
+
+
+def test_mask_identity_check():
+    B, L = 3, 320
+    bm = bench_masks.make_mask("bigbird", B, L)
+    dense = bm.dense_torch("cpu")
+    cm = stof.Mask.parse(bm.spec).compile(B, 2, L, L)
+    assert ca.check_same_mask(cm, dense, bm) == ""
+    other = stof.Mask.parse(bm.spec.replace("@", "@9")).compile(B, 2, L, L)  # another seed
+    assert "differ" in ca.check_same_mask(other, dense, bm)
+    vl = bench_masks.make_mask("varlen", B, L)
+    cm = stof.Mask.parse(vl.spec).compile(B, 2, L, L, lengths=vl.lengths)
+    assert ca.check_same_mask(cm, vl.dense_torch("cpu"), vl) == ""
+
+
+def case(L, mask, stof_ms, flex_ms, flash=None, stof_mask=None, D=64):
+    c = dict.fromkeys(ca.CASE_KEYS)
+    c.update(B=1, H=1, L=L, D=D, mask=mask, stof_ms=stof_ms, flex_ms=flex_ms, sdpa_flash_ms=flash,
+             stof_mask_ms=stof_mask)
+    return c
+
+
+def test_summary_arithmetic():
+    cases = [case(1024, "dense", 1.0, 2.0, flash=0.9, stof_mask=0.001),
+             case(1024, "window", 0.5, 4.0, stof_mask=0.01),
+             case(4096, "causal", 2.0, 3.0, flash=1.0),
+             case(512, "window", 1.0, 100.0),  # not a target length: out of the geomean
+             case(1024, "bigbird", None, 1.0),  # stof failed: left out
+             case(1024, "dense", 1.0, 1.0, flash=1.2, D=128)]
+    s = ca.summarize(cases)
+    assert s["geomean_vs_flex"] == pytest.approx((2.0 * 8.0 * 1.5) ** (1 / 3), abs=1e-4)
+    assert s["min_vs_flex"] == pytest.approx(1.5)
+    assert s["dense_vs_sdpa"] == pytest.approx(0.9)
+    assert s["max_mask_share"] == pytest.approx(0.02)
+    assert s["mask_share_per_layer_12"] == pytest.approx(0.02 / 12, abs=1e-4)
+    assert list(s) == SUMMARY
+    empty = ca.summarize([case(1024, "window", None, None)])
+    assert empty == dict.fromkeys(SUMMARY)
+
+
+def test_schema_and_writers(tmp_path, capsys):
+    assert list(ca.CASE_KEYS) == SCHEMA
+    cases = [case(1024, m, 0.1 * (i + 1), 0.3) for i, m in enumerate(bench_masks.BENCH_MASKS)]
+    cases += [case(4096, m, 0.2, 0.5) for m in bench_masks.BENCH_MASKS]
+    ca.print_table(cases)
+    ca.print_summary(ca.summarize(cases))
+    cases[5]["flex_options"] = {"BLOCK_M": 64, "BLOCK_N": 64}
+    ca.print_table(cases)
+    text = capsys.readouterr().out
+    assert "bigbird" in text and "target >= 2.0" in text and "12-layer encoder" in text
+    assert "0.300*" in text and "kernel_options {'BLOCK_M': 64, 'BLOCK_N': 64}" in text
+    pytest.importorskip("matplotlib")
+    png = ca.write_chart(cases, str(tmp_path / "chart.png"), "test")
+    assert png and (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    json.dumps({"cases": cases, "summary": ca.summarize(cases)})
+
+
+def test_arguments_and_names():
+    args = ca.parse_args([])
+    assert ca.shapes_of(args) == ca.DEFAULT_SHAPES
+    assert len(ca.shapes_of(ca.parse_args(["--all"]))) == 10
+    assert ca.shapes_of(ca.parse_args(["--shapes", "1,2,128,64;2,2,256,32"])) == [
+        (1, 2, 128, 64), (2, 2, 256, 32)]
+    assert ca.gpu_slug("NVIDIA H200") == "h200"
+    assert ca.gpu_slug("NVIDIA H100 80GB HBM3") == "h100"
+    assert args.masks.split(",") == list(bench_masks.BENCH_MASKS)
+
+
+def test_cpu_smoke_run_writes_the_schema(tmp_path):
+    """The whole script on the CPU (no FlexAttention: compiling it takes minutes
+    here): every side runs, stof is checked, the JSON has exactly the schema."""
+    out = tmp_path / "attention.json"
+    rc = ca.main(["--device", "cpu", "--shapes", "2,2,128,32", "--masks", "window,bigbird,varlen",
+                  "--skip", "flex", "--iters", "10", "--warmup", "1", "--mask-iters", "3",
+                  "--out", str(out)])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert list(result) == ["device", "date", "commit", "command", "cases", "summary"]
+    assert list(result["summary"]) == SUMMARY
+    assert [c["mask"] for c in result["cases"]] == ["window", "bigbird", "varlen"]
+    for c in result["cases"]:
+        assert list(c) == SCHEMA
+        assert c["stof_ms"] > 0 and c["stof_mask_ms"] > 0 and c["max_rel_err"] < 1e-5
+        assert c["kernel"].startswith("cpu")
+        assert c["flex_ms"] is None and c["flex_options"] is None  # skipped
+    assert result["command"].startswith("python3 bench/compare_attention.py --device cpu")
+
+
+# ---------------------------------------------------------------- FlexAttention's side
+
+def out_of_shared_memory():
+    return RuntimeError("No valid triton configs. OutOfMemoryError: out of resource: "
+                        "triton_tem_fused_flex_attention_0 Required: 376832 Hardware limit:232448")
+
+
+class FakeFlex:
+    """Stands in for torch.compile(flex_attention): fails to compile until
+    kernel_options holds every key of `needs`, then attends with `visible`."""
+
+    def __init__(self, visible, needs=()):
+        self.visible, self.needs, self.seen = visible, needs, []
+
+    def __call__(self, q, k, v, block_mask=None, kernel_options=None):
+        self.seen.append(kernel_options)
+        if not all(key in (kernel_options or {}) for key in self.needs):
+            raise out_of_shared_memory()
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.visible)
+
+
+def flex_case(flex, name="bigbird", B=2, H=2, L=128, D=32):
+    from torch.nn.attention.flex_attention import create_block_mask
+    args = ca.parse_args(["--device", "cpu", "--iters", "10", "--warmup", "1",
+                          "--mask-iters", "3"])
+    dev = torch.device("cpu")
+    bm = bench_masks.make_mask(name, B, L)
+    dense = bm.dense_torch(dev)
+    sets = ca.input_sets(torch, (B, H, L, D), dev, 1 << 16, 7)
+    row, problems = dict.fromkeys(ca.CASE_KEYS), []
+    ca.run_flex(torch, flex, create_block_mask, ca.Timer(torch, args, dev), dev, bm, dense, sets,
+                args.tol, row, problems)
+    return row, problems, bm
+
+
+@pytest.mark.parametrize("needs,ran_with", [
+    ((), {}),
+    (("BLOCK_M",), {"BLOCK_M": 64, "BLOCK_N": 64}),
+    (("num_stages",), {"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 1})])
+def test_flex_retries_with_smaller_kernels_and_records_them(needs, ran_with):
+    bm = bench_masks.make_mask("bigbird", 2, 128)
+    flex = FakeFlex(bm.dense_torch("cpu"), needs)
+    row, problems, _ = flex_case(flex)
+    assert row["flex_options"] == ran_with
+    assert row["flex_ms"] > 0 and row["flex_mask_ms"] > 0 and row["flex_max_rel_err"] < 1e-5
+    assert len(problems) == ca.FLEX_OPTIONS.index(ran_with)  # one line per failed compile
+    assert all("out of resource" in p for p in problems)
+    # defaults are passed as no options at all, and timing used the options that compiled
+    assert flex.seen[0] is None and flex.seen[-1] == (ran_with or None)
+
+
+def test_flex_that_never_compiles_leaves_the_case_empty():
+    bm = bench_masks.make_mask("bigbird", 2, 128)
+    row, problems, _ = flex_case(FakeFlex(bm.dense_torch("cpu"), needs=("no such option",)))
+    assert row["flex_ms"] is None and row["flex_options"] is None
+    assert row["flex_max_rel_err"] is None
+    assert len(problems) == len(ca.FLEX_OPTIONS)
+
+
+def test_flex_on_another_mask_is_not_timed():
+    bm = bench_masks.make_mask("window", 2, 256)
+    other = bench_masks.make_mask("longformer", 2, 256)
+    row, problems, _ = flex_case(FakeFlex(other.dense_torch("cpu")), name="window", L=256)
+    assert row["flex_ms"] is None and row["flex_mask_ms"] is None
+    assert row["flex_max_rel_err"] > 1e-2 and row["flex_options"] == {}
+    assert any("differs from the reference" in p for p in problems)
+    assert bm.name == "window"
+
+
+def test_dense_flex_has_no_block_mask():
+    seen = []
+
+    def flex(q, k, v, block_mask=None, kernel_options=None):
+        seen.append(block_mask)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    row, problems, _ = flex_case(flex, name="dense")
+    assert problems == [] and row["flex_ms"] > 0 and row["flex_mask_ms"] is None
+    assert set(seen) == {None}
+
+
+class TableProbe:
+    """Wraps a mask table and records the shape of every lookup."""
+
+    def __init__(self, table, shapes):
+        self.table, self.shapes, self.shape = table, shapes, table.shape
+
+    def __getitem__(self, index):
+        got = self.table[index]
+        self.shapes.append(tuple(got.shape))
+        return got
+
+
+@pytest.mark.parametrize("name", bench_masks.ALL_MASKS)
+def test_mask_tables_are_never_indexed_by_query_and_key_together(name):
+    """FlexAttention's kernel evaluates mask_mod on a [BLOCK_M, 1] x [1, BLOCK_N]
+    tile; a table lookup of the full tile is staged through shared memory at
+    every pipeline stage, which is what kept bigbird from compiling on an H200."""
+    M, N = 128, 64
+    bm = bench_masks.make_mask(name, 2, 512)
+    shapes = []
+    tables = {key: TableProbe(t, shapes) for key, t in bm._tables_like(torch.zeros(1)).items()}
+    b = torch.tensor(1)
+    q = torch.arange(M).view(M, 1) + 128
+    kv = torch.arange(N).view(1, N) + 256
+    got = bm.rule(b, q, kv, tables)
+    assert torch.equal(got, bm.dense_torch("cpu")[1 if bm.per_batch else 0, 0, 128:256, 256:320])
+    assert all(len(s) < 2 or s[-1] == 1 for s in shapes), shapes  # never spans the keys
+    if name in ("bigbird", "paper-bigbird", "varlen"):
+        assert shapes  # the probe saw the lookups
