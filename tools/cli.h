@@ -40,5 +40,6 @@ int cli_cmp_double(const void *x, const void *y);
 int cmd_demo(cli_args *a);
 int cmd_mask(cli_args *a);
 int cmd_run(cli_args *a);
+int cmd_embed(cli_args *a);
 
 #endif

@@ -12,6 +12,7 @@ static void usage(FILE *f)
             "usage: stof COMMAND [options]\n"
             "\n"
             "commands:\n"
+            "  embed    sentence embeddings of text with a model folder, as JSON lines (GPU when present)\n"
             "  demo     compile a mask, run masked attention on random inputs, check it\n"
             "           against the CPU backend and time it (GPU when present)\n"
             "  mask     compile a mask spec and show its tile structure and density\n"
@@ -39,6 +40,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "demo") == 0) return cmd_demo(&a);
     if (strcmp(argv[1], "mask") == 0) return cmd_mask(&a);
     if (strcmp(argv[1], "run") == 0) return cmd_run(&a);
+    if (strcmp(argv[1], "embed") == 0) return cmd_embed(&a);
     fprintf(stderr, "stof: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
