@@ -6,10 +6,13 @@
  * on the ctx's stream after a warm-up; the table gives the median and the
  * 90th percentile. The events see the whole compile as the stream does,
  * host-side gaps between launches included, on an otherwise idle GPU.
+ * Before timing, each mask is compiled by both builders and the GPU result
+ * must be byte-identical to the CPU one (the run fails otherwise).
  *
  * usage: bench_mask_compile [--runs N] [--warmup N] [--json FILE]
  * Exits 77 when no GPU is usable.
  */
+#include "mask/mask.h"
 #include "stof.h"
 
 #include <stdio.h>
@@ -62,6 +65,79 @@ static stof_mask_spec *make_spec(const char *name)
     return spec;
 }
 
+static int same_bytes(const void *a, const void *b, size_t n, const char *mask, const char *what)
+{
+    if (n == 0 || memcmp(a, b, n) == 0) return 1;
+    size_t k = 0;
+    while (((const uint8_t *)a)[k] == ((const uint8_t *)b)[k])
+        k++;
+    fprintf(stderr, "%s: GPU and CPU builders differ in %s at byte %zu of %zu\n", mask, what, k, n);
+    return 0;
+}
+
+/* Whether two host copies of a compiled mask are byte-identical. */
+static int same_mask(const char *name, const mask_tiles_host *hc, const mask_tiles_host *hg)
+{
+    const mask_tiles *a = &hc->t, *b = &hg->t;
+    if (hc->entries != hg->entries || hc->partial != hg->partial || a->n_inst != b->n_inst ||
+        a->n_trow != b->n_trow || a->n_tcol != b->n_tcol || a->tile_m != b->tile_m ||
+        a->tile_n != b->tile_n) {
+        fprintf(stderr,
+                "%s: CPU builder %lld tiles / %lld partial, GPU %lld / %lld (or shapes differ)\n",
+                name, (long long)hc->entries, (long long)hc->partial, (long long)hg->entries,
+                (long long)hg->partial);
+        return 0;
+    }
+    size_t rows = (size_t)a->n_inst * a->n_trow;
+    size_t words = (size_t)hc->partial * a->tile_m * a->words_per_row;
+    return same_bytes(a->len_q, b->len_q, (size_t)a->bm * 4, name, "len_q") &&
+           same_bytes(a->len_k, b->len_k, (size_t)a->bm * 4, name, "len_k") &&
+           same_bytes(a->row_ptr, b->row_ptr, (rows + 1) * 4, name, "row_ptr") &&
+           same_bytes(a->col, b->col, (size_t)hc->entries * 4, name, "col") &&
+           same_bytes(a->bits, b->bits, (size_t)hc->entries * 4, name, "bits") &&
+           same_bytes(a->bitmap, b->bitmap, words * 8, name, "bitmap");
+}
+
+/* Leaves poisoned blocks in the stream-ordered pool the compiler allocates
+ * from, so that output the GPU builder fails to write shows up. */
+static void poison_pool(stof_ctx *ctx)
+{
+    cudaStream_t s = (cudaStream_t)stof_ctx_stream(ctx);
+    void *p[4] = {NULL, NULL, NULL, NULL};
+    for (int k = 0; k < 4; k++)
+        if (cudaMallocAsync(&p[k], (size_t)(16 << 20) >> k, s) == cudaSuccess)
+            cudaMemsetAsync(p[k], 0xA5, (size_t)(16 << 20) >> k, s);
+    for (int k = 0; k < 4; k++)
+        if (p[k]) cudaFreeAsync(p[k], s);
+    cudaStreamSynchronize(s);
+}
+
+/* Compiles the mask with both builders: whether the outputs are byte-identical. */
+static int builders_agree(stof_ctx *ctx, const char *name, const stof_mask_spec *spec,
+                          stof_mask_params p)
+{
+    stof_mask *m[2] = {NULL, NULL};
+    mask_tiles_host h[2];
+    int have[2] = {0, 0}, ok = 0;
+    for (int k = 0; k < 2; k++) {
+        p.builder = k ? STOF_BUILDER_GPU : STOF_BUILDER_CPU;
+        if (k) poison_pool(ctx);
+        have[k] = stof_mask_compile(ctx, spec, &p, &m[k]) == STOF_OK &&
+                  stof_mask_to_host(m[k], &h[k]) == STOF_OK;
+        if (!have[k]) {
+            fprintf(stderr, "%s: self-check, %s builder: %s\n", name, k ? "GPU" : "CPU",
+                    stof_last_error());
+            break;
+        }
+    }
+    if (have[0] && have[1]) ok = same_mask(name, &h[0], &h[1]);
+    for (int k = 0; k < 2; k++) {
+        if (have[k]) mask_tiles_host_free(&h[k]);
+        stof_mask_destroy(m[k]);
+    }
+    return ok;
+}
+
 /* Times runs compiles of one mask; fills c. Returns 0 on success. */
 static int bench_one(stof_ctx *ctx, bench_case *c, int warmup, int runs, const stof_tensor *lens)
 {
@@ -76,6 +152,10 @@ static int bench_one(stof_ctx *ctx, bench_case *c, int warmup, int runs, const s
     p.len_q = p.len_k = L;
     p.builder = STOF_BUILDER_GPU;
     if (strcmp(c->name, "longformer") == 0) p.lengths_q = lens;
+    if (!builders_agree(ctx, c->name, spec, p)) {
+        stof_mask_spec_destroy(spec);
+        return 1;
+    }
     cudaStream_t s = (cudaStream_t)stof_ctx_stream(ctx);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -237,7 +317,7 @@ int main(int argc, char **argv)
         err = bench_one(ctx, &cs[k], warmup, runs, &lens);
     if (!err) {
         printf("GPU mask compile on %s, %d runs (median / p90 of CUDA-event time; host = "
-               "time in the call)\n",
+               "time in the call); both masks byte-identical to the CPU builder\n",
                stof_ctx_device_name(ctx), runs);
         printf("%-12s %3s %3s %5s %12s %12s %10s %8s %8s\n", "mask", "B", "H", "L", "median_us",
                "p90_us", "host_us", "tiles", "partial");

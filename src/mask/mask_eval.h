@@ -1,9 +1,10 @@
 /*
- * mask_eval.h — the element predicate of a mask spec and the per-tile
- * interval reasoning, as static inline functions compiled both for the host
- * (C) and for the device (CUDA). The CPU compiler, the GPU compiler and the
- * dense oracle all evaluate the same flat description through this header,
- * so the two compilers cannot disagree.
+ * mask_eval.h — the element predicate of a mask spec, its word-wise form
+ * (64 columns of a row at once, equal to the predicate bit for bit) and the
+ * per-tile interval reasoning, as static inline functions compiled both for
+ * the host (C) and for the device (CUDA). The CPU compiler, the GPU compiler
+ * and the dense oracle all evaluate the same flat description through this
+ * header, so the two compilers cannot disagree.
  *
  * The non-obvious choice: the compiled format is canonical (a tile is listed
  * iff an element is set, full iff every element is set), so the interval
@@ -229,6 +230,130 @@ MASK_HD static inline int mask_tile_element(const mask_eval *e, int b, int h, in
                                             int j)
 {
     return j < lenk && mask_visible(e, b, h, lenk, i, j);
+}
+
+/* ---------------------------------------------------------------- words */
+
+/*
+ * Word-wise evaluation: 64 consecutive columns of one row at a time. Bit k of
+ * mask_part_word(p, b, h, lenk, i, j0, width) is mask_part_visible(p, b, h,
+ * lenk, i, j0 + k) for k < width (1 <= width <= 64); bits at or past width are
+ * zero. Analytic parts are ranges (causal, window, global) or a periodic
+ * pattern within a range (dilated); random and blocks parts are unions of
+ * whole-block ranges; global lists set one bit per listed column; only dense
+ * parts are read element by element. The GPU compiler builds bitmaps with them.
+ */
+
+/* Bits lo..hi (inclusive) clipped to [0, width); 0 when nothing is left. */
+MASK_HD static inline uint64_t mask_bit_range(int64_t lo, int64_t hi, int width)
+{
+    if (lo < 0) lo = 0;
+    if (hi > width - 1) hi = width - 1;
+    if (lo > hi) return 0;
+    uint64_t upto = hi >= 63 ? ~0ull : (1ull << (hi + 1)) - 1;
+    return upto & ~((1ull << lo) - 1);
+}
+
+/* Dilated: bit k is i - (j0 + k) = d0 - k; visible when |d0 - k| <= span and
+ * the dilation divides d0 - k, i.e. k = d0 (mod dilation). */
+MASK_HD static inline uint64_t mask_dilated_word(const mask_part_eval *p, int i, int j0, int width)
+{
+    int64_t d0 = (int64_t)i - j0, step = p->b;
+    uint64_t range = mask_bit_range(d0 - p->span, d0 + p->span, width);
+    if (!range) return 0;
+    int64_t first = d0 % step;
+    if (first < 0) first += step;
+    if (first >= width) return 0;
+    /* Bits at every multiple of step below 64, by doubling. */
+    uint64_t pattern = 1;
+    for (int64_t s = step; s < 64; s <<= 1)
+        pattern |= pattern << s;
+    return (pattern << first) & range;
+}
+
+MASK_HD static inline uint64_t mask_global_list_word(const mask_part_eval *p, int i, int j0,
+                                                     int width)
+{
+    if (mask_list_has(p->list, p->a, i)) return mask_bit_range(0, width - 1, width);
+    uint64_t w = 0;
+    for (int k = mask_lower_bound(p->list, p->a, j0);
+         k < p->a && (int64_t)p->list[k] < (int64_t)j0 + width; k++)
+        w |= 1ull << (p->list[k] - j0);
+    return w;
+}
+
+/* Random: the union of the row's picked block columns, each a range. */
+MASK_HD static inline uint64_t mask_random_word(const mask_part_eval *p, int b, int lenk, int i,
+                                                int j0, int width)
+{
+    int ncol = mask_random_ncol(p->a, lenk);
+    if (ncol <= 0) return 0;
+    uint64_t key = mask_random_row_key(p->seed, b, i / p->a), w = 0;
+    for (int k = 0; k < p->b; k++) {
+        int64_t c0 = (int64_t)mask_random_pick(key, k, ncol) * p->a;
+        w |= mask_bit_range(c0 - j0, c0 + p->a - 1 - j0, width);
+    }
+    return w;
+}
+
+/* Blocks: the set layout cells of the block row, each a range of columns. */
+MASK_HD static inline uint64_t mask_blocks_word(const mask_part_eval *p, int h, int i, int j0,
+                                                int width)
+{
+    int64_t bs = p->a, bi = i / p->a;
+    if (bi >= p->rows) return 0;
+    const uint8_t *cells = p->data + ((int64_t)(p->heads > 1 ? h : 0) * p->rows + bi) * p->cols;
+    int64_t c1 = mask_min64(((int64_t)j0 + width - 1) / bs, (int64_t)p->cols - 1);
+    uint64_t w = 0;
+    for (int64_t c = j0 / bs; c <= c1; c++)
+        if (cells[c]) w |= mask_bit_range(c * bs - j0, c * bs + bs - 1 - j0, width);
+    return w;
+}
+
+MASK_HD static inline uint64_t mask_dense_word(const mask_part_eval *p, int b, int h, int i, int j0,
+                                               int width)
+{
+    if (i >= p->rows) return 0;
+    const uint8_t *row =
+        p->data + (int64_t)b * p->stride[0] + (int64_t)h * p->stride[1] + (int64_t)i * p->stride[2];
+    int n = (int)mask_min64(width, (int64_t)p->cols - j0);
+    uint64_t w = 0;
+    for (int k = 0; k < n; k++)
+        if (row[(int64_t)(j0 + k) * p->stride[3]]) w |= 1ull << k;
+    return w;
+}
+
+MASK_HD static inline uint64_t mask_part_word(const mask_part_eval *p, int b, int h, int lenk,
+                                              int i, int j0, int width)
+{
+    switch (p->kind) {
+    case MASK_PART_FULL: return mask_bit_range(0, width - 1, width);
+    case MASK_PART_CAUSAL: return mask_bit_range(0, (int64_t)i - j0, width);
+    case MASK_PART_WINDOW:
+        return mask_bit_range((int64_t)i - p->a - j0, (int64_t)i + p->b - j0, width);
+    case MASK_PART_DILATED: return mask_dilated_word(p, i, j0, width);
+    case MASK_PART_GLOBAL_N:
+        return mask_bit_range(0, i < p->a ? width - 1 : (int64_t)p->a - 1 - j0, width);
+    case MASK_PART_GLOBAL_LIST: return mask_global_list_word(p, i, j0, width);
+    case MASK_PART_RANDOM: return mask_random_word(p, b, lenk, i, j0, width);
+    case MASK_PART_BLOCKS: return mask_blocks_word(p, h, i, j0, width);
+    case MASK_PART_DENSE: return mask_dense_word(p, b, h, i, j0, width);
+    }
+    return 0;
+}
+
+/* Bit k (k < width) is mask_tile_element(e, b, h, lenk, i, j0 + k): the union
+ * of the parts, cut at the key length; bits at or past width are zero. */
+MASK_HD static inline uint64_t mask_tile_word(const mask_eval *e, int b, int h, int lenk, int i,
+                                              int j0, int width)
+{
+    int64_t n = (int64_t)lenk - j0;
+    if (n <= 0) return 0;
+    if (n < width) width = (int)n;
+    uint64_t all = mask_bit_range(0, width - 1, width), w = 0;
+    for (int p = 0; p < e->n_parts && w != all; p++)
+        w |= mask_part_word(&e->parts[p], b, h, lenk, i, j0, width);
+    return w;
 }
 
 /* ---------------------------------------------------------------- tiles */

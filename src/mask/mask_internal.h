@@ -111,36 +111,15 @@ size_t mask_tensor_extent_bytes(const stof_tensor *t);
  * tensor as given (the GPU builder swaps in device copies). */
 void mask_part_eval_fill(const mask_part *src, const mask_plan *plan, mask_part_eval *dst);
 
-/* ---- compile.c, gpu_build.c */
+/* ---- compile.c, compile_gpu.cu */
 
 /* Points m->t (and m->storage) at a block laid out by m->lay. */
 void mask_point_tiles(stof_mask *m, const mask_plan *plan, void *base);
-/* The GPU builder: uploads the spec, allocates by the plan's bounds, enqueues the kernels. */
+/* The GPU builder (compile_gpu.cu): allocates by the plan's bounds, passes small
+ * specs in the kernel parameters (uploads lists, layouts and host dense parts),
+ * enqueues the kernels. */
 stof_status mask_gpu_build(stof_ctx *ctx, const stof_mask_spec *spec, const mask_plan *plan,
                            stof_mask *m);
-
-/* ---- compile_gpu.cu */
-
-typedef struct mask_gpu_job {
-    mask_eval e; /* device pointers */
-    int n_inst, wpr;
-    int64_t n_rows, n_tiles;
-    int64_t cap_entries, cap_partial;
-    size_t parts_smem;      /* bytes of the parts array, staged in shared memory */
-    int32_t *len_q, *len_k; /* outputs [bm] */
-    int32_t *row_ptr, *meta, *col, *bits;
-    uint64_t *bitmap;
-    uint8_t *cls;           /* scratch: [n_tiles] tile classes */
-    int32_t *cand;          /* scratch: [cap_partial] tiles to settle */
-    int32_t *ptile;         /* scratch: [cap_partial] tile of each partial entry */
-    int32_t *row_e, *row_p; /* scratch: [n_rows] counts */
-    int32_t *blk_e, *blk_p; /* scratch: per count block */
-    uint32_t *counters;     /* scratch, zeroed: {candidates, finished count blocks} */
-} mask_gpu_job;
-
-stof_status mask_gpu_run(stof_ctx *ctx, const mask_gpu_job *job);
-/* Rows handled by one block of the counting kernels. */
-#define MASK_GPU_ROWS_PER_BLOCK 8
 
 #ifdef __cplusplus
 }
