@@ -492,14 +492,7 @@ static void fill_args(const stof_mask_spec *spec, const mask_plan *plan, const s
     mask_eval *e = &a->e;
     e->parts = s->parts_inline ? NULL : (const mask_part_eval *)(scr + s->parts);
     e->n_parts = spec->n_parts;
-    e->bm = plan->bm;
-    e->hm = plan->hm;
-    e->lq = plan->lq;
-    e->lk = plan->lk;
-    e->tile_m = plan->tm;
-    e->tile_n = plan->tn;
-    e->n_trow = plan->n_trow;
-    e->n_tcol = plan->n_tcol;
+    mask_eval_set_geometry(plan, e);
     point_lengths(s->len_q_src, plan->lengths_q, scr, s->len_q, &e->len_q, &e->len_q_stride);
     point_lengths(s->len_k_src, plan->lengths_k, scr, s->len_k, &e->len_k, &e->len_k_stride);
     a->n_tiles = plan->n_tiles;

@@ -110,6 +110,8 @@ size_t mask_tensor_extent_bytes(const stof_tensor *t);
 /* The part as the evaluator sees it, pointing at the spec's arrays and the dense
  * tensor as given (the GPU builder swaps in device copies). */
 void mask_part_eval_fill(const mask_part *src, const mask_plan *plan, mask_part_eval *dst);
+/* The plan's instance and tile geometry into an evaluator (both builders' evaluators). */
+void mask_eval_set_geometry(const mask_plan *plan, mask_eval *e);
 
 /* ---- compile.c, compile_gpu.cu */
 

@@ -216,6 +216,18 @@ void mask_plan_free(mask_plan *plan)
 
 /* ---------------------------------------------------------------- evaluation */
 
+void mask_eval_set_geometry(const mask_plan *plan, mask_eval *e)
+{
+    e->bm = plan->bm;
+    e->hm = plan->hm;
+    e->lq = plan->lq;
+    e->lk = plan->lk;
+    e->tile_m = plan->tm;
+    e->tile_n = plan->tn;
+    e->n_trow = plan->n_trow;
+    e->n_tcol = plan->n_tcol;
+}
+
 void mask_part_eval_fill(const mask_part *src, const mask_plan *plan, mask_part_eval *dst)
 {
     memset(dst, 0, sizeof *dst);
@@ -268,14 +280,7 @@ stof_status mask_host_eval_make(const stof_mask_spec *spec, const mask_plan *pla
     mask_eval *e = &he->e;
     e->parts = he->parts;
     e->n_parts = spec->n_parts;
-    e->bm = plan->bm;
-    e->hm = plan->hm;
-    e->lq = plan->lq;
-    e->lk = plan->lk;
-    e->tile_m = plan->tm;
-    e->tile_n = plan->tn;
-    e->n_trow = plan->n_trow;
-    e->n_tcol = plan->n_tcol;
+    mask_eval_set_geometry(plan, e);
     e->len_q = plan->len_q;
     e->len_k = plan->len_k;
     e->len_q_stride = e->len_k_stride = 1;
