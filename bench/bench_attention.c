@@ -183,7 +183,12 @@ static double check_rows(const stof_mask_spec *spec, const shape *sh, const int3
 
 static const char *kernel_name(stof_attn_kernel k)
 {
-    return k == STOF_ATTN_BLOCKWISE ? "blockwise" : k == STOF_ATTN_ROWWISE ? "rowwise" : "cpu";
+    switch (k) {
+    case STOF_ATTN_BLOCKWISE: return "blockwise";
+    case STOF_ATTN_BLOCKWISE_SM90: return "blockwise_sm90";
+    case STOF_ATTN_ROWWISE: return "rowwise";
+    default: return "cpu";
+    }
 }
 
 static void bench_case(stof_ctx *ctx, const shape *sh, const char *mname, const options *opt)

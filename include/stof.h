@@ -198,6 +198,8 @@ typedef struct stof_mask_params {
     stof_mask_builder builder;
     int head_dim;                /* head dim of the attention it will serve: a hint for the
                                     tile choice (0: unknown) */
+    int reusable;                /* 1: keep what stof_mask_rebuild needs (GPU builder; its
+                                    device scratch stays allocated with the mask) */
 } stof_mask_params;
 
 /* A mask compiled to the two-level tile format, resident where the ctx runs. */
@@ -208,6 +210,16 @@ STOF_API stof_mask_params stof_mask_default_params(void);
 STOF_API stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
                                        const stof_mask_params *params, stof_mask **out);
 STOF_API void stof_mask_destroy(stof_mask *mask);
+/*
+ * Builds a mask compiled with reusable = 1 (by the GPU builder) again, in its own
+ * storage: lengths and dense parts that live in device memory are read again
+ * (so new lengths of the same batch take effect); host-side inputs are those of
+ * the compile, and the spec need not outlive it (a device dense tensor must).
+ * Enqueued on the ctx's stream; it allocates nothing and copies nothing from the
+ * host, so it may be captured in a CUDA graph. Statistics read before it are
+ * dropped. INVALID_ARG for a mask that is not reusable.
+ */
+STOF_API stof_status stof_mask_rebuild(stof_mask *mask);
 
 typedef struct stof_mask_stats {
     int instances;       /* distinct masks stored (batch entries x heads that differ) */
@@ -231,7 +243,8 @@ typedef enum stof_attn_kernel {
     STOF_ATTN_AUTO = 0,      /* the analytical selector decides */
     STOF_ATTN_BLOCKWISE = 1, /* tensor-core tiles over the compiled mask */
     STOF_ATTN_ROWWISE = 2,   /* warps walk the visible keys of a row */
-    STOF_ATTN_CPU = 3        /* reported when a CPU context ran it */
+    STOF_ATTN_CPU = 3,       /* reported when a CPU context ran it */
+    STOF_ATTN_BLOCKWISE_SM90 = 4 /* block-wise on Hopper warpgroup MMA, sm_90 devices */
 } stof_attn_kernel;
 
 typedef struct stof_attn_params {
@@ -279,7 +292,11 @@ STOF_API stof_status stof_attention_select(stof_ctx *ctx, const stof_attn_params
 typedef struct stof_model stof_model;
 
 typedef struct stof_model_params {
-    stof_dtype dtype; /* run dtype: F16 or BF16 on a GPU (default F16), F32 on the CPU */
+    stof_dtype dtype;       /* run dtype: F16 or BF16 on a GPU (default F16), F32 on the CPU */
+    const char *tune_cache; /* tuning cache file (stof_model_tune writes it, forwards read it);
+                               NULL: $STOF_TUNE_CACHE, else $XDG_CACHE_HOME/stof/tune.json,
+                               else ~/.cache/stof/tune.json */
+    int tune_cache_off;     /* 1: never read the tuning cache (the analytical rules decide) */
 } stof_model_params;
 
 typedef enum stof_pooling {
@@ -306,6 +323,10 @@ STOF_API stof_status stof_model_get_info(const stof_model *model, stof_model_inf
 typedef struct stof_forward_params {
     const stof_mask_spec *mask; /* attention mask; NULL: every pair (dense); always
                                    intersected with the sequence lengths */
+    int eager;                  /* GPU: 1 launches kernel by kernel. 0 (default): the
+                                   second forward of a shape bucket (B, L, token count
+                                   rounded up by at most 12.5%, mask text) captures a
+                                   CUDA graph and later ones replay it */
 } stof_forward_params;
 
 STOF_API stof_forward_params stof_forward_default_params(void);
@@ -324,6 +345,45 @@ STOF_API stof_status stof_model_forward(stof_model *model, const stof_forward_pa
                                         const stof_tensor *ids, const stof_tensor *lengths,
                                         const stof_tensor *token_types, stof_tensor *hidden_out,
                                         stof_tensor *pooled_out);
+
+/* ---------------------------------------------------------------- tuning */
+
+/*
+ * stof_model_tune measures execution plans for one forward shape (the ids'
+ * [B, L], the lengths' token count bucket, the mask) with the two-stage search
+ * of the STOF paper (src/tune/search.h): which segments of a layer run as one
+ * fused stof kernel or through cuBLASLt, the kernel parameters of each, and the
+ * attention kernel. Every candidate's output is checked against the default
+ * plan's before it may win. The winner serves this model's later forwards of
+ * that bucket and, unless store is 0, goes into the model's tuning cache file,
+ * where other processes loading a model with the same dims on the same GPU
+ * and library version find it. GPU models only.
+ */
+typedef struct stof_tune_params {
+    const stof_mask_spec *mask; /* the forwards' mask; NULL: every pair */
+    int budget;                 /* parameter-search measurements; 0: 32 */
+    int store;                  /* 1 (default): write the result to the tuning cache */
+    /* called after every measurement (may be NULL) */
+    void (*progress)(void *user, int done, int total, const char *stage);
+    void *progress_user;
+} stof_tune_params;
+
+#define STOF_TUNE_SEGMENTS 5 /* qkv, out-proj, ffn1, ffn2, attention */
+
+typedef struct stof_tune_result {
+    double default_ms, tuned_ms; /* one forward, medians of the final interleaved runs */
+    double tune_s;               /* wall time of the search */
+    int measured, rejected;      /* candidates timed; of them, wrong outputs */
+    char segment[STOF_TUNE_SEGMENTS][24];  /* segment names */
+    char chosen[STOF_TUNE_SEGMENTS][96];   /* what runs there in the tuned plan */
+    char fallback[STOF_TUNE_SEGMENTS][96]; /* and in the default plan */
+    char cache_path[1024];       /* where it was stored ("" when not) */
+} stof_tune_result;
+
+STOF_API stof_tune_params stof_tune_default_params(void);
+STOF_API stof_status stof_model_tune(stof_model *model, const stof_tune_params *params,
+                                     const stof_tensor *ids, const stof_tensor *lengths,
+                                     const stof_tensor *token_types, stof_tune_result *out);
 
 /* ---------------------------------------------------------------- tokenizer */
 

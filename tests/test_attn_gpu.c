@@ -15,6 +15,10 @@
  * L in {1, 17, 128, 1000, 4097}; head dims 32/64/128; fp16 and bf16; padded,
  * strided [B, L, H, D] and packed variable-length layouts. Long rows are
  * checked on a sample of query rows (tile edges, sequence ends, random).
+ * On a compute capability 9.0 device with the sm_90a kernels built, every
+ * case the Hopper kernel serves also runs it forced (both warpgroup counts
+ * where the tiles allow), and a group of its own covers its masks, lengths,
+ * head dims and tile shapes; elsewhere those runs are skipped, saying why.
  *
  * STOF_TEST_ATTN_CPU=1 runs the same cases (short ones) on a CPU context: a
  * check of this harness on machines without a GPU.
@@ -36,6 +40,8 @@ enum { GAP = 8 }; /* extra elements per row of the strided layout */
 static test_rng rng;
 static stof_ctx *ctx;
 static bool on_gpu;
+static bool sm90_ok;      /* the Hopper kernel can run here */
+static char sm90_why[96]; /* why not, when it cannot */
 static int cases_run;
 
 /* ---------------------------------------------------------------- memory */
@@ -97,6 +103,7 @@ typedef struct acase {
     float scale;                  /* 0: default */
     float amp;                    /* q and k drawn from [-amp, amp] */
     stof_mask_builder builder;
+    bool sm90_only; /* run AUTO and the sm_90 kernel only */
     char name[160];
 } acase;
 
@@ -295,6 +302,7 @@ static const char *kernel_name(stof_attn_kernel k)
     case STOF_ATTN_AUTO: return "auto";
     case STOF_ATTN_BLOCKWISE: return "blockwise";
     case STOF_ATTN_ROWWISE: return "rowwise";
+    case STOF_ATTN_BLOCKWISE_SM90: return "blockwise_sm90";
     default: return "cpu";
     }
 }
@@ -443,16 +451,23 @@ static void run_case(acase *c, const char *tag)
 
     /* Runs: AUTO, each kernel forced through the params, then each block-wise
      * configuration that serves the tiles (4 warps of 16 rows; on 128-row tiles
-     * also 8 warps of 16 rows and 4 of 32, the latter up to head dim 64). */
-    const run_kind runs[6] = {{STOF_ATTN_AUTO, 0, 0, "auto"},
+     * also 8 warps of 16 rows and 4 of 32, the latter up to head dim 64), then
+     * the sm_90 kernel forced and in each configuration (one warpgroup of 64
+     * rows; on 128-row tiles also two of 64 rows each). */
+    const run_kind runs[9] = {{STOF_ATTN_AUTO, 0, 0, "auto"},
                               {STOF_ATTN_BLOCKWISE, 0, 0, "blockwise"},
                               {STOF_ATTN_ROWWISE, 0, 0, "rowwise"},
                               {STOF_ATTN_BLOCKWISE, 4, 64, "blockwise/4 warps"},
                               {STOF_ATTN_BLOCKWISE, 8, 128, "blockwise/8 warps"},
-                              {STOF_ATTN_BLOCKWISE, 4, 128, "blockwise/4 warps x 32 rows"}};
+                              {STOF_ATTN_BLOCKWISE, 4, 128, "blockwise/4 warps x 32 rows"},
+                              {STOF_ATTN_BLOCKWISE_SM90, 0, 0, "blockwise_sm90"},
+                              {STOF_ATTN_BLOCKWISE_SM90, 4, 64, "blockwise_sm90/1 warpgroup"},
+                              {STOF_ATTN_BLOCKWISE_SM90, 8, 128, "blockwise_sm90/2 warpgroups"}};
     bool blockwise_ok = (c->tile_m == 64 || c->tile_m == 128) && c->tile_n == 64;
-    for (int kk = 0; mask && kk < (on_gpu ? 6 : 1); kk++) {
+    bool sm90_case = sm90_ok && blockwise_ok && (c->D == 64 || c->D == 128);
+    for (int kk = 0; mask && kk < (on_gpu ? 9 : 1); kk++) {
         const run_kind *rk = &runs[kk];
+        if (rk->kernel == STOF_ATTN_BLOCKWISE_SM90 ? !sm90_case : kk > 0 && c->sm90_only) continue;
         if (rk->kernel == STOF_ATTN_BLOCKWISE && !blockwise_ok) continue;
         if (rk->block_m == 128 && c->tile_m != 128) continue;
         if (rk->block_m == 32 * rk->warps && c->D > 64) continue;
@@ -775,6 +790,43 @@ static void group_cross_and_scale(void)
     }
 }
 
+/* The Hopper kernel over what it serves: dense, causal, window, Longformer-like
+ * (window + global), BigBird-like (random blocks), per-batch lengths in the
+ * padded and the packed layout; L in {1, 17, 64, 128, 1000, 4097}; head dims
+ * 64 and 128; fp16 and bf16; 64- and 128-row tiles, so one and two
+ * warpgroups. Each case runs AUTO and the sm_90 kernel only. */
+static void group_sm90(int max_len)
+{
+    const int Ls[6] = {1, 17, 64, 128, 1000, 4097};
+    const char *const specs[4] = {"full", "causal", "window:128", "window:128,global:32"};
+    for (int li = 0; li < 6; li++) {
+        int L = Ls[li];
+        if (L > max_len) continue;
+        for (int m = 0; m < 7; m++) {
+            for (int di = 0; di < 2; di++) {
+                bool varlen = m >= 5, big = L > 2000;
+                int layout = m == 6 ? LAYOUT_PACKED : (m + li) % 2 ? LAYOUT_BLHD : LAYOUT_BHLD;
+                acase c = base_case(big && !varlen ? 1 : 2, big && varlen ? 1 : 2, L, di ? 128 : 64,
+                                    (m + di + li) % 2 ? STOF_BF16 : STOF_F16, layout);
+                if (m < 4) {
+                    c.spec = parse(specs[m]);
+                } else if (m == 4 && L >= 128) {
+                    c.spec = bigbird(L, 77 + (uint64_t)li);
+                } else if (m == 4) {
+                    CHECK_OK(stof_mask_spec_create(&c.spec));
+                    add_random_blocks(c.spec, 16, 1, L, L, 40);
+                } else {
+                    c.spec = parse(m == 5 ? "causal" : "window:100,global:8");
+                    set_lengths(&c, true);
+                }
+                c.tile_m = (m + di) % 2 ? 128 : 64;
+                c.sm90_only = true;
+                run_and_free(&c, "sm90 ");
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- misuse */
 
 static void test_misuse(void)
@@ -835,6 +887,29 @@ static void test_misuse(void)
     eight.warps = 8;
     CHECK_STATUS(attn_attention_with(ctx, NULL, &eight, &q, &k, &v, mask, NULL, NULL, &o),
                  STOF_ERR_UNSUPPORTED);
+    /* The sm_90 kernel: refused off Hopper (or without its objects), and on
+     * tiles, head dims and configurations it does not serve. */
+    stof_attn_params p90 = stof_attn_default_params();
+    p90.kernel = STOF_ATTN_BLOCKWISE_SM90;
+    if (sm90_ok) {
+        CHECK_OK(stof_attention(ctx, &p90, &q, &k, &v, mask, NULL, NULL, &o));
+        CHECK_OK(stof_ctx_synchronize(ctx));
+    } else {
+        CHECK_STATUS(stof_attention(ctx, &p90, &q, &k, &v, mask, NULL, NULL, &o),
+                     STOF_ERR_UNSUPPORTED);
+        CHECK(strstr(stof_last_error(), "9.0") != NULL, "message: %s", stof_last_error());
+    }
+    CHECK_STATUS(stof_attention(ctx, &p90, &q, &k, &v, m32, NULL, NULL, &o), STOF_ERR_UNSUPPORTED);
+    eight.kernel = STOF_ATTN_BLOCKWISE_SM90;
+    CHECK_STATUS(attn_attention_with(ctx, NULL, &eight, &q, &k, &v, mask, NULL, NULL, &o),
+                 STOF_ERR_UNSUPPORTED);
+    int64_t shape32[4] = {B, H, L, 32};
+    stof_tensor q32d = stof_tensor_make(dev, STOF_F16, STOF_MEM_DEVICE, 4, shape32);
+    stof_tensor k32d = stof_tensor_make(dev + n * 2, STOF_F16, STOF_MEM_DEVICE, 4, shape32);
+    stof_tensor v32d = stof_tensor_make(dev + n * 4, STOF_F16, STOF_MEM_DEVICE, 4, shape32);
+    stof_tensor o32d = stof_tensor_make(dev + n * 6, STOF_F16, STOF_MEM_DEVICE, 4, shape32);
+    CHECK_STATUS(stof_attention(ctx, &p90, &q32d, &k32d, &v32d, mask, NULL, NULL, &o32d),
+                 STOF_ERR_UNSUPPORTED);
     /* a mask compiled on a CPU context */
     stof_ctx_params cp = stof_ctx_default_params();
     cp.device = STOF_DEVICE_CPU;
@@ -866,6 +941,20 @@ int main(void)
     if (!ctx) return test_finish("test_attn_gpu");
     on_gpu = !cpu_mode;
     int max_len = cpu_mode ? 1000 : 4097;
+#ifdef STOF_HAVE_ATTN_SM90
+    bool sm90_built = true;
+#else
+    bool sm90_built = false;
+#endif
+    sm90_ok = on_gpu && sm90_built && ctx->cc_major == 9 && ctx->cc_minor == 0;
+    if (!on_gpu)
+        snprintf(sm90_why, sizeof sm90_why, "CPU context");
+    else if (!sm90_built)
+        snprintf(sm90_why, sizeof sm90_why, "sm_90a kernels not built (no 90 in STOF_CUDA_ARCHS)");
+    else
+        snprintf(sm90_why, sizeof sm90_why, "device has compute capability %d.%d, not 9.0",
+                 ctx->cc_major, ctx->cc_minor);
+    if (!sm90_ok) printf("test_attn_gpu: sm_90 kernel cases skipped: %s\n", sm90_why);
     if (on_gpu) test_misuse();
     group_bench_masks(max_len);
     group_lengths_dims(max_len);
@@ -873,6 +962,7 @@ int main(void)
     group_per_batch_head();
     group_packed();
     group_cross_and_scale();
+    if (sm90_ok) group_sm90(max_len);
     printf("%d cases on the %s\n", cases_run, on_gpu ? "GPU" : "CPU");
     stof_ctx_destroy(ctx);
     return test_finish("test_attn_gpu");

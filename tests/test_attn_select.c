@@ -2,7 +2,9 @@
  * test_attn_select.c — the attention selector's decisions on cases computed
  * by hand from the formulas in src/attn/select.h (H100 and A100 figures),
  * forced kernels, extreme shapes, the tile-shape default for mask compiles,
- * and the bit tricks the row-wise kernel uses to hand visible keys to lanes.
+ * the Hopper kernel's rule (rule 3: which devices, shapes and warpgroup
+ * counts), and the bit tricks the row-wise kernel uses to hand visible keys
+ * to lanes.
  */
 #include "attn/bits.h"
 #include "attn/select.h"
@@ -13,13 +15,13 @@
 
 static attn_device h100(void)
 {
-    attn_device d = {132, 233472, 232448, 2048, 65536};
+    attn_device d = {132, 233472, 232448, 2048, 65536, 0, 0}; /* cc unknown: no sm_90 kernel */
     return d;
 }
 
 static attn_device a100(void)
 {
-    attn_device d = {108, 167936, 166912, 2048, 65536};
+    attn_device d = {108, 167936, 166912, 2048, 65536, 0, 0};
     return d;
 }
 
@@ -194,6 +196,118 @@ static void test_forced_and_extremes(void)
     CHECK(ch.kernel == STOF_ATTN_ROWWISE, "all zeros: kernel %d", ch.kernel);
 }
 
+/* An H100 that reports compute capability 9.0, in a build with the sm_90a kernels. */
+static attn_device h100_sm90(void)
+{
+    attn_device d = h100();
+    d.cc = 90;
+    d.sm90_kernels = 1;
+    return d;
+}
+
+/* AUTO picks kernel, and (warps > 0) that configuration. */
+static void check_choice(const char *what, attn_problem p, attn_device d, stof_attn_kernel kernel,
+                         int warps, int block_m)
+{
+    stof_attn_choice ch;
+    memset(&ch, 0, sizeof ch);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == kernel &&
+              (warps == 0 || (ch.warps == warps && ch.block_m == block_m && ch.block_n == 64)),
+          "%s: kernel %d warps %d block %dx%d (want kernel %d, %d warps, block_m %d)", what,
+          ch.kernel, ch.warps, ch.block_m, ch.block_n, kernel, warps, block_m);
+}
+
+static void test_sm90_rule(void)
+{
+    /* Configurations: 4 warps / 64 rows on 64x64 and 128x64 tiles, 8 warps / 128 rows on
+     * 128x64 tiles, head dims 64 and 128 only. */
+    CHECK(attn_sm90_config_fits(64, 64, 64, 4, 64) && attn_sm90_config_fits(128, 128, 64, 4, 64) &&
+              attn_sm90_config_fits(64, 128, 64, 8, 128) &&
+              attn_sm90_config_fits(128, 128, 64, 8, 128),
+          "served configurations");
+    CHECK(!attn_sm90_config_fits(32, 64, 64, 4, 64) && !attn_sm90_config_fits(64, 64, 64, 8, 128) &&
+              !attn_sm90_config_fits(64, 128, 128, 4, 64) &&
+              !attn_sm90_config_fits(64, 32, 32, 4, 64) &&
+              !attn_sm90_config_fits(128, 128, 64, 4, 128) &&
+              !attn_sm90_config_fits(80, 64, 64, 4, 64),
+          "configurations it does not serve");
+    CHECK(attn_sm90_smem_bytes(128, 128) == (128 + 256) * 256 + 1024 &&
+              attn_sm90_smem_bytes(64, 64) == (64 + 256) * 128 + 1024,
+          "sm90 smem %lld / %lld", (long long)attn_sm90_smem_bytes(128, 128),
+          (long long)attn_sm90_smem_bytes(64, 64));
+
+    attn_device d = h100_sm90();
+    /* Dense (4, 16, 4096) D=64, 128x64 tiles: 2048 CTAs of 128 rows >= 132 SMs: two
+     * warpgroups; the score stays the mma.sync model's 262144. */
+    attn_problem p = problem(4, 16, 4096, 64, 128, 64, 64.0);
+    stof_attn_choice ch;
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE_SM90 && ch.warps == 8 && ch.block_m == 128 &&
+              ch.block_n == 64 && close_to(ch.score, 262144.0),
+          "dense 4096 128x64 on sm_90: kernel %d warps %d block %d score %g", ch.kernel, ch.warps,
+          ch.block_m, ch.score);
+    check_choice("dense 4096 64x64 on sm_90", problem(4, 16, 4096, 64, 64, 64, 64.0), d,
+                 STOF_ATTN_BLOCKWISE_SM90, 4, 64);
+    /* (1, 12, 128) on 128x64 tiles: 12 CTAs of 128 rows < 132 SMs: one warpgroup. */
+    check_choice("small 128x64 on sm_90", problem(1, 12, 128, 64, 128, 64, 2.0), d,
+                 STOF_ATTN_BLOCKWISE_SM90, 4, 64);
+    /* 132 CTAs of 128 rows, one per SM: two warpgroups; 131: one. */
+    check_choice("132 CTAs on sm_90", problem(1, 132, 128, 128, 128, 64, 2.0), d,
+                 STOF_ATTN_BLOCKWISE_SM90, 8, 128);
+    check_choice("131 CTAs on sm_90", problem(1, 131, 128, 128, 128, 64, 2.0), d,
+                 STOF_ATTN_BLOCKWISE_SM90, 4, 64);
+    /* D = 128 (8, 12, 1024): 768 CTAs: two warpgroups. */
+    check_choice("D128 on sm_90", problem(8, 12, 1024, 128, 128, 64, 16.0), d,
+                 STOF_ATTN_BLOCKWISE_SM90, 8, 128);
+    /* Head dim 32 stays on mma.sync; sparse rows stay row-wise; 32x32 tiles too. */
+    p = problem(4, 16, 4096, 32, 128, 64, 64.0);
+    check_choice("D32 on sm_90", p, d, STOF_ATTN_BLOCKWISE, 0, 0);
+    p = problem(1, 12, 4096, 64, 64, 64, 1.09);
+    check_choice("sparse on sm_90", p, d, STOF_ATTN_ROWWISE, 0, 0);
+    p = problem(4, 16, 4096, 64, 32, 32, 128.0);
+    check_choice("32x32 on sm_90", p, d, STOF_ATTN_ROWWISE, 0, 0);
+    /* Other devices and builds keep the mma.sync kernel: A100 (8.0), a Blackwell part
+     * (10.0: no wgmma), an H100 in a build without the sm_90a objects, an unknown cc. */
+    p = problem(4, 16, 4096, 64, 128, 64, 64.0);
+    attn_device a = a100();
+    a.cc = 80;
+    a.sm90_kernels = 1;
+    check_choice("A100", p, a, STOF_ATTN_BLOCKWISE, 0, 0);
+    attn_device bw = h100_sm90();
+    bw.cc = 100;
+    check_choice("cc 10.0", p, bw, STOF_ATTN_BLOCKWISE, 4, 128);
+    attn_device nb = h100_sm90();
+    nb.sm90_kernels = 0;
+    check_choice("not built", p, nb, STOF_ATTN_BLOCKWISE, 4, 128);
+    check_choice("cc unknown", p, h100(), STOF_ATTN_BLOCKWISE, 4, 128);
+    /* 48 KiB per block: one warpgroup at D=64 fits (41984 bytes), two do not (50176). */
+    attn_device tiny = d;
+    tiny.smem_per_block = 48 * 1024;
+    CHECK(attn_sm90_usable(&tiny, 64, 128, 64) && !attn_sm90_usable(&tiny, 128, 128, 64),
+          "usable under a 48 KiB opt-in limit");
+    check_choice("48 KiB per block", p, tiny, STOF_ATTN_BLOCKWISE_SM90, 4, 64);
+
+    /* Forced: the sm_90 kernel even on a sparse mask; refused where it cannot run. */
+    p = problem(4, 16, 4096, 64, 128, 64, 0.5);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE_SM90 && ch.warps == 8, "forced sm_90: kernel %d",
+          ch.kernel);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "forced mma.sync on sm_90: kernel %d", ch.kernel);
+    CHECK_STATUS(attn_select(&p, &a, STOF_ATTN_BLOCKWISE_SM90, &ch), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), "9.0") && strstr(stof_last_error(), "8.0"), "message: %s",
+          stof_last_error());
+    CHECK_STATUS(attn_select(&p, &nb, STOF_ATTN_BLOCKWISE_SM90, &ch), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), "not built") != NULL, "message: %s", stof_last_error());
+    p = problem(4, 16, 4096, 32, 128, 64, 64.0);
+    CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90, &ch), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), "head dim 32") != NULL, "message: %s", stof_last_error());
+    p = problem(4, 16, 4096, 64, 32, 32, 64.0);
+    CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90, &ch), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), "32x32") != NULL, "message: %s", stof_last_error());
+}
+
 static int naive_nth(uint64_t w, int n)
 {
     for (int i = 0; i < 64; i++)
@@ -236,6 +350,7 @@ int main(void)
     test_blockwise_choices();
     test_rowwise_choices();
     test_forced_and_extremes();
+    test_sm90_rule();
     test_bits();
     return test_finish("test_attn_select");
 }

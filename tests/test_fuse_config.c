@@ -230,8 +230,8 @@ static void test_argument_checks(void)
     fake.smem_per_block_optin = H100_SMEM;
     snprintf(fake.device_name, sizeof fake.device_name, "claimed GPU");
     stof_ctx *ctx = &fake;
-    fuse_choice lt = {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}};
-    fuse_choice st = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}};
+    fuse_choice lt = {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0};
+    fuse_choice st = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0};
     fuse_ws ws = {NULL, 0};
     fuse_linear_args a;
 
@@ -250,7 +250,7 @@ static void test_argument_checks(void)
 
     /* linear + act */
     CHECK_STATUS(fuse_linear_act(ctx, NULL, &a, ws), STOF_ERR_INVALID_ARG);
-    fuse_choice badpath = {(fuse_path)7, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}};
+    fuse_choice badpath = {(fuse_path)7, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0};
     CHECK_STATUS(fuse_linear_act(ctx, &badpath, &a, ws), STOF_ERR_INVALID_ARG);
     CHECK_STATUS(fuse_linear_act(ctx, &lt, NULL, ws), STOF_ERR_INVALID_ARG);
     a = linear_args();
@@ -283,10 +283,10 @@ static void test_argument_checks(void)
     CHECK_STATUS(fuse_linear_act(ctx, &st, &a, ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("overlaps x"), "message: %s", stof_last_error());
     a = linear_args();
-    fuse_choice wrong_tpl = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_RES_LN, NULL)[0]};
+    fuse_choice wrong_tpl = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_RES_LN, NULL)[0], 0};
     CHECK_STATUS(fuse_linear_act(ctx, &wrong_tpl, &a, ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("does not run this segment"), "message: %s", stof_last_error());
-    fuse_choice uncompiled = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_BIAS_ACT, NULL)[0]};
+    fuse_choice uncompiled = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_BIAS_ACT, NULL)[0], 0};
     uncompiled.config.stages = 7;
     CHECK_STATUS(fuse_linear_act(ctx, &uncompiled, &a, ws), STOF_ERR_INVALID_ARG);
 

@@ -241,6 +241,31 @@ static void run_linear_act(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const
         expect_close(label, ch[i].path == FUSE_PATH_CUBLASLT ? FAM_LT_ACT : FAM_BIAS_ACT, st, y, dt,
                      ref_dev, a.m * a.n, a.n);
     }
+    /* Every algorithm cuBLASLt's heuristic offers (what the tuner chooses among). */
+    fuse_linear_args plain = a;
+    fuse_act lt_act = act == FUSE_ACT_GELU ? FUSE_ACT_NONE : act;
+    if (act == FUSE_ACT_GELU) plain.bias = NULL;
+    int algos = 0;
+    CHECK_OK(fuse_lt_algo_count(ctx, &plain, lt_act, NULL, ws, &algos));
+    CHECK(algos >= 1 && algos <= FUSE_LT_MAX_ALGOS, "cuBLASLt offers %d algorithms", algos);
+    for (int k = 1; k < algos; k++) {
+        fuse_choice lt;
+        memset(&lt, 0, sizeof lt);
+        lt.path = FUSE_PATH_CUBLASLT;
+        lt.lt_algo = k;
+        char name[64], label[200];
+        snprintf(name, sizeof name, "cublaslt#%d", k);
+        label_of(label, sizeof label, fuse_act_name(act), s, dt, name);
+        fuse_test_poison(y, (size_t)a.m * a.n * 2);
+        stof_status st = fuse_linear_act(ctx, &lt, &a, ws);
+        expect_close(label, FAM_LT_ACT, st, y, dt, ref_dev, a.m * a.n, a.n);
+    }
+    fuse_choice beyond;
+    memset(&beyond, 0, sizeof beyond);
+    beyond.path = FUSE_PATH_CUBLASLT;
+    beyond.lt_algo = algos;
+    if (algos < FUSE_LT_MAX_ALGOS)
+        CHECK_STATUS(fuse_linear_act(ctx, &beyond, &a, ws), STOF_ERR_UNSUPPORTED);
 }
 
 static void run_res_ln(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const dev_data *d,
@@ -464,8 +489,8 @@ static void test_in_place(stof_ctx *ctx, fuse_ws ws, test_rng *r)
         dev_make(&d, &s, dt);
         void *y = fuse_test_alloc((size_t)t * H * 2);
         void *inter_buf = fuse_test_alloc((size_t)t * I * 2);
-        fuse_choice ch[2] = {{FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}},
-                             {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}}};
+        fuse_choice ch[2] = {{FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0},
+                             {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0}};
         for (int i = 0; i < 2; i++) {
             const char *path = i ? "cublaslt" : "stof";
             fuse_test_copy(y, d.res, (size_t)t * H * 2);
@@ -587,7 +612,7 @@ static void test_cache_and_refusals(stof_ctx *ctx, fuse_ws ws)
     f.w2 = w;
     f.act = FUSE_ACT_GELU;
     f.y = y;
-    fuse_choice stof_default = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}};
+    fuse_choice stof_default = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0};
     CHECK_STATUS(fuse_ffn(ctx, &stof_default, &f, ws), STOF_ERR_UNSUPPORTED);
     int count = 0;
     const fuse_config *chain = fuse_config_list(FUSE_TPL_FFN_CHAIN, &count);

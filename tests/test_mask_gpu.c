@@ -5,8 +5,12 @@
  * bitmaps); the GPU result must also decode to the dense oracle. Lengths and
  * dense parts are given in host and in device memory. The device memory
  * pool is poisoned before each compile so that unwritten output shows up.
+ * Reusable masks are built again for new device lengths, directly and from a
+ * captured CUDA graph, over poisoned storage, and must decode to the oracle.
  */
 #include "test_mask_gen.c"
+
+#include "mask/mask_internal.h"
 
 #include <cuda_runtime_api.h>
 
@@ -177,6 +181,102 @@ static void test_large(stof_ctx *ctx, test_rng *r)
     }
 }
 
+/* New lengths for a case (host arrays in place; eff_k follows the NULL rule). */
+static void new_lengths(test_rng *r, gen_case *g)
+{
+    for (int b = 0; b < g->batch; b++) {
+        if (g->len_q) g->len_q[b] = gen_real_length(r, g->lq);
+        if (g->len_k) g->len_k[b] = gen_real_length(r, g->lk);
+        g->eff_k[b] =
+            g->len_k ? g->len_k[b] : (g->len_q && g->lq == g->lk ? g->len_q[b] : g->lk);
+    }
+}
+
+/* Captures stof_mask_rebuild in a graph on the ctx's stream and launches it. */
+static stof_status rebuild_in_graph(stof_ctx *ctx, stof_mask *m)
+{
+    cudaStream_t s = (cudaStream_t)stof_ctx_stream(ctx);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+        return STOF_ERR_CUDA;
+    stof_status st = stof_mask_rebuild(m);
+    if (cudaStreamEndCapture(s, &graph) != cudaSuccess) st = STOF_ERR_CUDA;
+    if (st == STOF_OK && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) st = STOF_ERR_CUDA;
+    if (st == STOF_OK && cudaGraphLaunch(exec, s) != cudaSuccess) st = STOF_ERR_CUDA;
+    if (st == STOF_OK && cudaStreamSynchronize(s) != cudaSuccess) st = STOF_ERR_CUDA;
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    return st;
+}
+
+/* A reusable mask with device lengths, rebuilt for new lengths three times. */
+static void test_rebuild(stof_ctx *ctx, test_rng *r, int count)
+{
+    int failed = 0;
+    for (int k = 0; k < count && failed < 3; k++) {
+        gen_case g;
+        gen_case_make(r, &g, dev_place, true);
+        if (!g.len_q && !g.len_k) {
+            g.len_q = malloc((size_t)g.batch * 4);
+            for (int b = 0; b < g.batch; b++)
+                g.len_q[b] = g.lq;
+            if (g.lq != g.lk) {
+                g.len_k = malloc((size_t)g.batch * 4);
+                for (int b = 0; b < g.batch; b++)
+                    g.len_k[b] = g.lk;
+            }
+            new_lengths(r, &g);
+        }
+        stof_tensor tq, tk;
+        stof_mask_params p = gen_params(&g, &tq, &tk, STOF_BUILDER_GPU);
+        p.reusable = 1;
+        int32_t *dq = NULL, *dk = NULL;
+        if (p.lengths_q) tq.data = dq = dev_place(g.len_q, (size_t)g.batch * 4);
+        if (p.lengths_k) tk.data = dk = dev_place(g.len_k, (size_t)g.batch * 4);
+        tq.memory = tk.memory = STOF_MEM_DEVICE;
+        stof_mask *m = NULL;
+        int bad = 0;
+        CHECK_OK(stof_mask_compile(ctx, g.spec, &p, &m));
+        if (m) bad += check_mask_case(&g, m);
+        for (int round = 0; m && round < 3 && !bad; round++) {
+            new_lengths(r, &g);
+            if (dq) cudaMemcpy(dq, g.len_q, (size_t)g.batch * 4, cudaMemcpyHostToDevice);
+            if (dk) cudaMemcpy(dk, g.len_k, (size_t)g.batch * 4, cudaMemcpyHostToDevice);
+            cudaMemset(m->storage, 0xA5, m->lay.total);
+            stof_status st = round == 1 ? rebuild_in_graph(ctx, m) : stof_mask_rebuild(m);
+            if (st != STOF_OK) {
+                fprintf(stderr, "  rebuild (round %d): %s\n", round, stof_last_error());
+                bad++;
+                break;
+            }
+            bad += check_mask_case(&g, m);
+        }
+        CHECK(bad == 0, "rebuild case %d: %s", k, g.desc);
+        failed += bad != 0;
+        stof_mask_destroy(m);
+        dev_release(dq);
+        dev_release(dk);
+        gen_case_free(&g, dev_release);
+    }
+    /* A mask that is not reusable cannot be rebuilt; a CPU builder cannot make one. */
+    stof_mask_spec *spec = NULL;
+    CHECK_OK(stof_mask_spec_parse("window:3", &spec));
+    stof_mask_params p = stof_mask_default_params();
+    p.len_q = p.len_k = 50;
+    stof_mask *m = NULL;
+    CHECK_OK(stof_mask_compile(ctx, spec, &p, &m));
+    CHECK_STATUS(stof_mask_rebuild(m), STOF_ERR_INVALID_ARG);
+    stof_mask_destroy(m);
+    p.reusable = 1;
+    p.builder = STOF_BUILDER_CPU;
+    m = NULL;
+    CHECK_STATUS(stof_mask_compile(ctx, spec, &p, &m), STOF_ERR_INVALID_ARG);
+    CHECK(m == NULL, "a refused compile leaves no mask");
+    CHECK_STATUS(stof_mask_rebuild(NULL), STOF_ERR_INVALID_ARG);
+    stof_mask_spec_destroy(spec);
+}
+
 int main(void)
 {
     test_require_gpu("test_mask_gpu");
@@ -189,6 +289,7 @@ int main(void)
     test_rng_init(&r, test_seed());
     test_clamped_lengths(ctx);
     test_large(ctx, &r);
+    test_rebuild(ctx, &r, 150);
     const char *env = getenv("STOF_MASK_CASES");
     test_random_cases(ctx, &r, env ? atoi(env) : 600);
     stof_ctx_destroy(ctx);

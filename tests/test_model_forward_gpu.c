@@ -10,8 +10,14 @@
  * the device, f32 and half hidden outputs, pooled outputs on either side.
  * Outputs are poisoned before every run; padding must come back as zeros.
  * The tiny test folders (head dim 16) must be refused with a clear error.
+ * CUDA graphs: each case runs again until its bucket is captured and
+ * replayed, then replays with the batch reversed (same bucket, new lengths);
+ * every run is checked against the CPU forward.
  */
 #include "core/core.h"
+#include "fuse/fuse.h"
+#include "model/encoder.h"
+#include "tune/tune.h"
 #include "testlib.h"
 
 #include <math.h>
@@ -344,6 +350,100 @@ static double rel_err_valid(const float *out, const float *ref, const int32_t *l
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* One GPU forward (host ids, device half hidden over poison, host pooled) against a reference. */
+static void check_forward_against(const models *mm, const stof_forward_params *fp, int B, int L,
+                                  const int32_t *ids, const int32_t *types,
+                                  const int32_t *lengths, bool lengths_null, const float *ref_h,
+                                  const float *ref_p, double tol, const char *what)
+{
+    const stof_model_info *info = &mm->info;
+    int H = info->hidden;
+    int64_t nh = (int64_t)B * L * H, np = (int64_t)B * H;
+    int64_t s_ids[2] = {B, L}, s_len[1] = {B}, s_hid[3] = {B, L, H}, s_pool[2] = {B, H};
+    stof_tensor t_ids = stof_tensor_make((void *)ids, STOF_I32, STOF_MEM_HOST, 2, s_ids);
+    stof_tensor t_types = stof_tensor_make((void *)types, STOF_I32, STOF_MEM_HOST, 2, s_ids);
+    stof_tensor t_len = stof_tensor_make((void *)lengths, STOF_I32, STOF_MEM_HOST, 1, s_len);
+    size_t es = stof_dtype_size(info->dtype);
+    void *d_hid = dev_alloc((size_t)nh * es);
+    float *pool = xmalloc(sizeof(float) * (size_t)np), *h = xmalloc(sizeof(float) * (size_t)nh);
+    uint16_t *half = xmalloc(2 * (size_t)nh);
+    cudaMemset(d_hid, 0xff, (size_t)nh * es);
+    test_poison_f32(pool, np);
+    stof_tensor hid = stof_tensor_make(d_hid, info->dtype, STOF_MEM_DEVICE, 3, s_hid);
+    stof_tensor pt = stof_tensor_make(pool, STOF_F32, STOF_MEM_HOST, 2, s_pool);
+    CHECK_OK(stof_model_forward(mm->gpu, fp, &t_ids, lengths_null ? NULL : &t_len,
+                                types ? &t_types : NULL, &hid, &pt));
+    CHECK_OK(stof_ctx_synchronize(g_gpu));
+    to_host(half, d_hid, (size_t)nh * 2);
+    for (int64_t i = 0; i < nh; i++)
+        h[i] = info->dtype == STOF_BF16 ? stof_bf16_to_f32(half[i]) : stof_f16_to_f32(half[i]);
+    int64_t pad_bad = 0;
+    double eh = rel_err_valid(h, ref_h, lengths, B, L, H, &pad_bad);
+    double ep = test_rel_err(pool, ref_p, np);
+    CHECK(eh < tol && ep < tol && pad_bad == 0,
+          "%s: hidden rel err %.3e, pooled %.3e (tolerance %.0e), %lld padding elements not "
+          "zero",
+          what, eh, ep, tol, (long long)pad_bad);
+    cudaFree(d_hid);
+    free(pool);
+    free(h);
+    free(half);
+}
+
+/* Graph capture and replay of a case, then a replay with the batch reversed:
+ * same token count (same bucket), every sequence at a new place. The reversed
+ * reference is the reversed CPU output when the mask does not depend on the
+ * batch index (random parts are seeded per entry). */
+static void graph_runs(const models *mm, const run_case *rc, const stof_forward_params *fp,
+                       const int32_t *ids, const int32_t *types, const int32_t *lengths,
+                       const float *ref_h, const float *ref_p, double tol, const char *label)
+{
+    int B = rc->B, L = rc->L, H = mm->info.hidden;
+    int32_t *eff = xmalloc(sizeof(int32_t) * (size_t)B);
+    for (int b = 0; b < B; b++)
+        eff[b] = rc->lengths_null ? L : lengths[b];
+    const int32_t *tp = rc->types ? types : NULL;
+    char what[160];
+    int before = enc_gpu_graphs_captured(mm->gpu->gpu);
+    for (int k = 0; k < 3; k++) {
+        snprintf(what, sizeof what, "%s B=%d L=%d %s graph run %d", label, B, L,
+                 rc->mask ? rc->mask : "-", k);
+        check_forward_against(mm, fp, B, L, ids, tp, eff, rc->lengths_null, ref_h, ref_p, tol,
+                              what);
+    }
+    bool textual = !rc->mask || strcmp(rc->mask, "dense:heads") != 0;
+    /* The first two runs of this case were kernel by kernel (eager); these three
+     * see the bucket again: the first of them captures it. */
+    CHECK(!textual || enc_gpu_graphs_captured(mm->gpu->gpu) >= (before > 0 ? before : 1),
+          "%s: no CUDA graph was captured", what);
+    if (B > 1 && (!rc->mask || !strstr(rc->mask, "random"))) {
+        int64_t row = (int64_t)L * H;
+        int32_t *rids = xmalloc(sizeof(int32_t) * (size_t)B * L),
+                *rtypes = xmalloc(sizeof(int32_t) * (size_t)B * L),
+                *rlen = xmalloc(sizeof(int32_t) * (size_t)B);
+        float *rh = xmalloc(sizeof(float) * (size_t)B * row),
+              *rp = xmalloc(sizeof(float) * (size_t)B * H);
+        for (int b = 0; b < B; b++) {
+            int s = B - 1 - b;
+            memcpy(rids + (int64_t)b * L, ids + (int64_t)s * L, sizeof(int32_t) * (size_t)L);
+            memcpy(rtypes + (int64_t)b * L, types + (int64_t)s * L, sizeof(int32_t) * (size_t)L);
+            rlen[b] = eff[s];
+            memcpy(rh + b * row, ref_h + s * row, sizeof(float) * (size_t)row);
+            memcpy(rp + (int64_t)b * H, ref_p + (int64_t)s * H, sizeof(float) * (size_t)H);
+        }
+        snprintf(what, sizeof what, "%s B=%d L=%d %s graph replay, batch reversed", label, B, L,
+                 rc->mask ? rc->mask : "-");
+        check_forward_against(mm, fp, B, L, rids, tp ? rtypes : NULL, rlen, rc->lengths_null,
+                              rh, rp, tol, what);
+        free(rids);
+        free(rtypes);
+        free(rlen);
+        free(rh);
+        free(rp);
+    }
+    free(eff);
+}
+
 static void compare_case(const models *mm, const run_case *rc, test_rng *r, double tol,
                          const char *label)
 {
@@ -375,6 +475,7 @@ static void compare_case(const models *mm, const run_case *rc, test_rng *r, doub
     }
     stof_forward_params fp = stof_forward_default_params();
     fp.mask = spec;
+    fp.eager = 1; /* the graph runs come after the two kernel-by-kernel ones */
     int64_t s_ids[2] = {B, L}, s_len[1] = {B}, s_hid[3] = {B, L, H}, s_pool[2] = {B, H};
     stof_tensor t_ids = stof_tensor_make(ids, STOF_I32, STOF_MEM_HOST, 2, s_ids);
     stof_tensor t_types = stof_tensor_make(types, STOF_I32, STOF_MEM_HOST, 2, s_ids);
@@ -444,6 +545,9 @@ static void compare_case(const models *mm, const run_case *rc, test_rng *r, doub
     CHECK(ep2 < 1e-6, "%s: device pooled from device ids differs from the host one (%.3e)", label,
           ep2);
 
+    fp.eager = 0;
+    graph_runs(mm, rc, &fp, ids, types, lengths, ref_h, ref_p, tol, label);
+
     cudaFree(d_ids);
     cudaFree(d_types);
     cudaFree(d_hid);
@@ -470,6 +574,7 @@ static void load_pair(const char *dir, stof_dtype dtype, models *mm)
 {
     stof_model_params p = stof_model_default_params();
     p.dtype = dtype;
+    p.tune_cache_off = 1; /* the rules' plan, whatever the user's cache holds */
     mm->cpu = mm->gpu = NULL;
     CHECK_OK(stof_model_load(g_cpu, dir, NULL, &mm->cpu));
     CHECK_OK(stof_model_load(g_gpu, dir, &p, &mm->gpu));
@@ -675,6 +780,152 @@ static void test_gpu_misuse(test_rng *r)
     stof_model_destroy(m);
 }
 
+/* A plan with every segment on its stof template (the FFN as the chain), or
+ * cuBLASLt with its second algorithm and a forced attention configuration. */
+static tune_plan forced_plan(int rows, int hidden, int inter, bool templates)
+{
+    tune_plan p;
+    tune_plan_default(&p);
+    const stof_ctx *ctx = g_gpu;
+    if (templates) {
+        fuse_config c[3] = {
+            fuse_config_default(FUSE_TPL_GEMM_BIAS_ACT, rows, 3 * hidden, hidden, ctx->sm_count,
+                                ctx->smem_per_block_optin),
+            fuse_config_default(FUSE_TPL_GEMM_RES_LN, rows, hidden, hidden, ctx->sm_count,
+                                ctx->smem_per_block_optin),
+            fuse_config_default(FUSE_TPL_FFN_CHAIN, rows, hidden, inter, ctx->sm_count,
+                                ctx->smem_per_block_optin)};
+        int seg[3] = {TUNE_SEG_QKV, TUNE_SEG_OUT, TUNE_SEG_FFN1};
+        for (int i = 0; i < 3; i++) {
+            tune_seg *t = &p.seg[seg[i]];
+            t->path = 1;
+            t->tpl = (int)c[i].tpl;
+            t->block_m = c[i].block_m, t->block_n = c[i].block_n, t->block_k = c[i].block_k;
+            t->warps_m = c[i].warps_m, t->warps_n = c[i].warps_n, t->stages = c[i].stages;
+        }
+        p.ffn_chain = 1;
+    } else {
+        for (int i = 0; i < TUNE_NSEG; i++)
+            p.seg[i].algo = 1;
+        p.attn_kernel = STOF_ATTN_BLOCKWISE;
+        p.attn_warps = 4;
+        p.attn_block_m = 64;
+    }
+    return p;
+}
+
+/* Requested plans and stof_model_tune: outputs against the CPU forward, the
+ * cache entry, and a fresh model that finds the plan in the cache. */
+static void test_tune(test_rng *r)
+{
+    static const model_desc d = {"tune", 768,    12,    3072,    2,      1000, 512,
+                                 2,      "gelu", "F16", "plain", "mean", false};
+    char dir[1024];
+    write_model(&d, r, dir, sizeof dir);
+    models mm;
+    load_pair(dir, STOF_F16, &mm);
+    int B = 4, L = 256, H = d.hidden;
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)B * L), lengths[4];
+    int64_t T = 0;
+    for (int b = 0; b < B; b++) {
+        lengths[b] = (int32_t)test_rng_int(r, L / 2, L);
+        T += lengths[b];
+        for (int i = 0; i < L; i++)
+            ids[b * L + i] = i < lengths[b] ? (int32_t)test_rng_int(r, 0, d.vocab - 1) : 0;
+    }
+    stof_mask_spec *spec = NULL;
+    CHECK_OK(stof_mask_spec_parse("window:32,global:4", &spec));
+    stof_forward_params fp = stof_forward_default_params();
+    fp.mask = spec;
+    int64_t s_ids[2] = {B, L}, s_len[1] = {B}, s_hid[3] = {B, L, H}, s_pool[2] = {B, H};
+    stof_tensor t_ids = stof_tensor_make(ids, STOF_I32, STOF_MEM_HOST, 2, s_ids);
+    stof_tensor t_len = stof_tensor_make(lengths, STOF_I32, STOF_MEM_HOST, 1, s_len);
+    float *ref_h = xmalloc(sizeof(float) * (size_t)B * L * H),
+          *ref_p = xmalloc(sizeof(float) * (size_t)B * H);
+    stof_tensor c_hid = stof_tensor_make(ref_h, STOF_F32, STOF_MEM_HOST, 3, s_hid);
+    stof_tensor c_pool = stof_tensor_make(ref_p, STOF_F32, STOF_MEM_HOST, 2, s_pool);
+    CHECK_OK(stof_model_forward(mm.cpu, &fp, &t_ids, &t_len, NULL, &c_hid, &c_pool));
+
+    /* Requested plans, kernel by kernel and from their graphs. */
+    int rows = (int)tune_token_bucket(T);
+    for (int k = 0; k < 2; k++) {
+        tune_plan p = forced_plan(rows, H, d.inter, k == 0);
+        for (int run = 0; run < 4; run++) {
+            const stof_tensor *ids_t = &t_ids;
+            int64_t sh_h[3] = {B, L, H};
+            void *dh = dev_alloc((size_t)B * L * H * 2);
+            float *pool = xmalloc(sizeof(float) * (size_t)B * H),
+                  *h = xmalloc(sizeof(float) * (size_t)B * L * H);
+            uint16_t *half = xmalloc((size_t)B * L * H * 2);
+            cudaMemset(dh, 0xff, (size_t)B * L * H * 2);
+            test_poison_f32(pool, (int64_t)B * H);
+            stof_tensor th = stof_tensor_make(dh, STOF_F16, STOF_MEM_DEVICE, 3, sh_h);
+            stof_tensor tp = stof_tensor_make(pool, STOF_F32, STOF_MEM_HOST, 2, s_pool);
+            CHECK_OK(enc_forward_plan(mm.gpu, &fp, ids_t, &t_len, NULL, &th, &tp, &p));
+            CHECK_OK(stof_ctx_synchronize(g_gpu));
+            to_host(half, dh, (size_t)B * L * H * 2);
+            for (int64_t i = 0; i < (int64_t)B * L * H; i++)
+                h[i] = stof_f16_to_f32(half[i]);
+            int64_t pad_bad = 0;
+            double eh = rel_err_valid(h, ref_h, lengths, B, L, H, &pad_bad);
+            double ep = test_rel_err(pool, ref_p, (int64_t)B * H);
+            CHECK(eh < 1e-2 && ep < 1e-2 && pad_bad == 0,
+                  "%s plan, run %d: hidden %.3e pooled %.3e, %lld padding not zero",
+                  k == 0 ? "template" : "cuBLASLt#1", run, eh, ep, (long long)pad_bad);
+            cudaFree(dh);
+            free(pool);
+            free(h);
+            free(half);
+        }
+    }
+
+    /* The search, into a cache file of its own. */
+    char cache[1200];
+    snprintf(cache, sizeof cache, "%s/tune/cache.json", tmp_root);
+    stof_model_destroy(mm.gpu);
+    stof_model_params mp = stof_model_default_params();
+    mp.tune_cache = cache;
+    mm.gpu = NULL;
+    CHECK_OK(stof_model_load(g_gpu, dir, &mp, &mm.gpu));
+    stof_tune_params tp = stof_tune_default_params();
+    tp.mask = spec;
+    tp.budget = 12;
+    stof_tune_result res;
+    CHECK_OK(stof_model_tune(mm.gpu, &tp, &t_ids, &t_len, NULL, &res));
+    printf("  tune: %d measured, %d rejected, default %.4f ms, tuned %.4f ms, %.1f s\n",
+           res.measured, res.rejected, res.default_ms, res.tuned_ms, res.tune_s);
+    for (int i = 0; i < STOF_TUNE_SEGMENTS; i++)
+        printf("    %-10s %-34s (default %s)\n", res.segment[i], res.chosen[i], res.fallback[i]);
+    CHECK(res.measured > 2 * 5 && res.tuned_ms > 0 && res.tuned_ms <= res.default_ms,
+          "tune result: %d measured, tuned %.4f ms, default %.4f ms", res.measured, res.tuned_ms,
+          res.default_ms);
+    CHECK(strcmp(res.cache_path, cache) == 0, "stored in '%s', want '%s'", res.cache_path, cache);
+    tune_cache *c = NULL;
+    CHECK_OK(tune_cache_load(cache, stof_version(), &c));
+    CHECK(c && tune_cache_count(c) == 1, "the cache holds %d entries", c ? tune_cache_count(c) : -1);
+    tune_key key;
+    CHECK_OK(enc_gpu_tune_key(mm.gpu, B, L, T, spec, &key));
+    tune_plan found;
+    CHECK(c && tune_cache_find(c, &key, &found), "the cache has no entry for the tuned shape");
+    tune_cache_free(c);
+    /* A fresh model reads the plan; its forwards (kernel by kernel, graph
+     * capture, replay) match the CPU. */
+    stof_model_destroy(mm.gpu);
+    mm.gpu = NULL;
+    CHECK_OK(stof_model_load(g_gpu, dir, &mp, &mm.gpu));
+    for (int run = 0; run < 3; run++) {
+        char what[64];
+        snprintf(what, sizeof what, "tuned plan from the cache, run %d", run);
+        check_forward_against(&mm, &fp, B, L, ids, NULL, lengths, false, ref_h, ref_p, 1e-2,
+                              what);
+    }
+    free_pair(&mm);
+    stof_mask_spec_destroy(spec);
+    free(ids);
+    free(ref_h);
+    free(ref_p);
+}
+
 int main(void)
 {
     test_require_gpu("test_model_forward_gpu");
@@ -699,6 +950,7 @@ int main(void)
     test_shapes(&r);
     test_gpu_misuse(&r);
     test_base_model(&r);
+    test_tune(&r);
     stof_ctx_destroy(g_gpu);
     stof_ctx_destroy(g_cpu);
     char cmd[700];

@@ -118,3 +118,25 @@ int cli_cmp_double(const void *x, const void *y)
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
 }
+
+static unsigned lcg(unsigned *state)
+{
+    *state = *state * 1664525u + 1013904223u;
+    return *state >> 8;
+}
+
+int64_t cli_fill_inputs(int batch, int seq, unsigned seed, bool have_lengths, int32_t *lengths,
+                        int vocab, int32_t *ids)
+{
+    unsigned state = seed * 2654435761u + 12345u;
+    int lo = seq / 2 > 0 ? seq / 2 : 1;
+    int64_t tokens = 0;
+    for (int b = 0; b < batch; b++) {
+        if (!have_lengths) lengths[b] = lo + (int32_t)(lcg(&state) % (unsigned)(seq - lo + 1));
+        tokens += lengths[b];
+        for (int i = 0; i < seq; i++)
+            ids[(int64_t)b * seq + i] =
+                i < lengths[b] ? (int32_t)(lcg(&state) % (unsigned)vocab) : 0;
+    }
+    return tokens;
+}

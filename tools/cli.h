@@ -35,11 +35,17 @@ bool cli_dtype(const cli_args *a, const char *text, stof_dtype *out);
 int cli_fail(const cli_args *a, const char *what, stof_status st);
 
 double cli_now_ms(void);
+/* Random inputs of `stof run` and `stof tune`: lengths uniform in [L/2, L] from
+ * the seed (unless have_lengths), ids uniform over the vocabulary at real
+ * positions, 0 at padding. ids holds batch * seq; returns the real tokens. */
+int64_t cli_fill_inputs(int batch, int seq, unsigned seed, bool have_lengths, int32_t *lengths,
+                        int vocab, int32_t *ids);
 int cli_cmp_double(const void *x, const void *y);
 
 int cmd_demo(cli_args *a);
 int cmd_mask(cli_args *a);
 int cmd_run(cli_args *a);
 int cmd_embed(cli_args *a);
+int cmd_tune(cli_args *a);
 
 #endif

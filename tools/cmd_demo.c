@@ -246,7 +246,8 @@ int cmd_demo(cli_args *a)
         cli_fail(a, "running attention", st);
         goto done;
     }
-    static const char *kernel_names[] = {"auto", "block-wise", "row-wise", "cpu"};
+    static const char *kernel_names[] = {"auto", "block-wise", "row-wise", "cpu",
+                                          "block-wise (sm_90 wgmma)"};
     printf("mask          %s: %lld visible pairs (density %.3f), %lld tiles of %dx%d "
            "(%lld partial), compiled in %.3f ms\n",
            o.mask, (long long)ms.nnz, ms.density, (long long)(ms.tiles_full + ms.tiles_partial),

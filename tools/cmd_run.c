@@ -25,15 +25,18 @@ static void run_usage(void)
 {
     printf("usage: stof run --model DIR [--batch B] [--seq L] [--mask SPEC]\n"
            "                [--device auto|cpu|gpu] [--dtype f16|bf16] [--iters N]\n"
-           "                [--lengths l1,l2,..] [--seed S]\n"
+           "                [--lengths l1,l2,..] [--seed S] [--eager]\n"
            "defaults: --batch 1 --seq 128 --iters 20 (5 on the CPU) --device auto --dtype f16;\n"
-           "lengths uniform in [L/2, L] from the seed unless --lengths gives them\n");
+           "lengths uniform in [L/2, L] from the seed unless --lengths gives them.\n"
+           "On a GPU a forward replays a CUDA graph of its shape once one is captured\n"
+           "(the second forward of a shape); --eager launches kernel by kernel instead.\n"
+           "A plan tuned by 'stof tune' for the same shape is used when the cache has one.\n");
 }
 
 typedef struct run_opts {
     const char *model, *mask;
     int batch, seq, iters, nlen;
-    bool iters_set;
+    bool iters_set, eager;
     unsigned seed;
     stof_device device;
     stof_dtype dtype;
@@ -54,6 +57,10 @@ static bool parse_run(cli_args *a, run_opts *o)
         if (strcmp(s, "--help") == 0) {
             run_usage();
             exit(0);
+        }
+        if (strcmp(s, "--eager") == 0) {
+            o->eager = true;
+            continue;
         }
         if (!(v = cli_value(a, s))) return false;
         bool ok = true;
@@ -99,28 +106,6 @@ static bool parse_run(cli_args *a, run_opts *o)
     return true;
 }
 
-static unsigned lcg(unsigned *state)
-{
-    *state = *state * 1664525u + 1013904223u;
-    return *state >> 8;
-}
-
-/* Lengths uniform in [L/2, L] (unless given) and ids uniform over the vocabulary. */
-static int64_t fill_inputs(run_opts *o, int vocab, int32_t *ids)
-{
-    unsigned state = o->seed * 2654435761u + 12345u;
-    int lo = o->seq / 2 > 0 ? o->seq / 2 : 1;
-    int64_t tokens = 0;
-    for (int b = 0; b < o->batch; b++) {
-        if (!o->nlen) o->lengths[b] = lo + (int32_t)(lcg(&state) % (unsigned)(o->seq - lo + 1));
-        tokens += o->lengths[b];
-        for (int i = 0; i < o->seq; i++)
-            ids[(int64_t)b * o->seq + i] =
-                i < o->lengths[b] ? (int32_t)(lcg(&state) % (unsigned)vocab) : 0;
-    }
-    return tokens;
-}
-
 typedef struct run_buffers {
     int32_t *ids_host;
     void *hidden, *pooled;
@@ -150,7 +135,8 @@ static stof_status alloc_run_buffers(run_buffers *b, run_opts *o, const stof_mod
     size_t pool_bytes = (size_t)o->batch * (size_t)info->hidden * sizeof(float);
     b->gpu = gpu;
     STOF_TRY(stof_host_alloc((size_t)n_ids * sizeof(int32_t), (void **)&b->ids_host));
-    *tokens = fill_inputs(o, info->vocab, b->ids_host);
+    *tokens = cli_fill_inputs(o->batch, o->seq, o->seed, o->nlen > 0, o->lengths, info->vocab,
+                              b->ids_host);
     stof_memory mem = gpu ? STOF_MEM_DEVICE : STOF_MEM_HOST;
     if (gpu) {
         STOF_CUDA_TRY(cudaMalloc(&b->hidden, hid_bytes));
@@ -242,6 +228,7 @@ int cmd_run(cli_args *a)
            info.vocab, stof_dtype_name(info.dtype), load_ms);
     stof_forward_params fp = stof_forward_default_params();
     fp.mask = spec;
+    fp.eager = o.eager;
     double median = 0, best = 0;
     if ((st = time_forwards(ctx, model, &fp, &buf, o.iters, &median, &best))) {
         cli_fail(a, "running the forward", st);
@@ -250,8 +237,9 @@ int cmd_run(cli_args *a)
     printf("batch         B=%d L=%d, %lld real tokens of %lld (%.0f%%), mask %s\n", o.batch, o.seq,
            (long long)tokens, (long long)o.batch * o.seq,
            100.0 * (double)tokens / ((double)o.batch * o.seq), o.mask ? o.mask : "dense");
-    printf("forward       median %.3f ms (min %.3f ms) over %d runs, %.0f tokens/s\n", median, best,
-           o.iters, median > 0 ? (double)tokens / (median * 1e-3) : 0.0);
+    printf("forward       median %.3f ms (min %.3f ms) over %d runs%s, %.0f tokens/s\n", median,
+           best, o.iters, gpu ? (o.eager ? ", kernel by kernel" : ", CUDA graph") : "",
+           median > 0 ? (double)tokens / (median * 1e-3) : 0.0);
     rc = 0;
 done:
     free_run_buffers(&buf);

@@ -17,6 +17,8 @@ static void usage(FILE *f)
             "           against the CPU backend and time it (GPU when present)\n"
             "  mask     compile a mask spec and show its tile structure and density\n"
             "  run      run encoder forwards of a model folder on random token ids and time them\n"
+            "  tune     search the fastest execution plan for a model and shape, store it in the\n"
+            "           tuning cache (GPU)\n"
             "  version  print the library version\n"
             "\n"
             "Run 'stof COMMAND --help' for a command's options.\n"
@@ -41,6 +43,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "mask") == 0) return cmd_mask(&a);
     if (strcmp(argv[1], "run") == 0) return cmd_run(&a);
     if (strcmp(argv[1], "embed") == 0) return cmd_embed(&a);
+    if (strcmp(argv[1], "tune") == 0) return cmd_tune(&a);
     fprintf(stderr, "stof: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -22,7 +22,7 @@ DEVICE_AUTO, DEVICE_CPU, DEVICE_GPU = 0, 1, 2
 F32, F16, BF16, I32, U8 = 0, 1, 2, 3, 4
 MEM_HOST, MEM_DEVICE = 0, 1
 BUILDERS = {"auto": 0, "cpu": 1, "gpu": 2}
-KERNELS = {"auto": 0, "blockwise": 1, "rowwise": 2, "cpu": 3}
+KERNELS = {"auto": 0, "blockwise": 1, "rowwise": 2, "cpu": 3, "blockwise_sm90": 4}
 KERNEL_NAMES = {v: k for k, v in KERNELS.items()}
 MAX_DIMS = 4
 
@@ -59,7 +59,8 @@ class CtxParams(Structure):
 class MaskParams(Structure):
     _fields_ = [("batch", c_int), ("heads", c_int), ("len_q", c_int), ("len_k", c_int),
                 ("lengths_q", POINTER(Tensor)), ("lengths_k", POINTER(Tensor)),
-                ("tile_m", c_int), ("tile_n", c_int), ("builder", c_int), ("head_dim", c_int)]
+                ("tile_m", c_int), ("tile_n", c_int), ("builder", c_int), ("head_dim", c_int),
+                ("reusable", c_int)]
 
 
 class MaskStatsC(Structure):

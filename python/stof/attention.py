@@ -16,8 +16,9 @@ from . import _arrays, _context, _lib
 from .mask import CompiledMask, as_mask, cache
 
 KernelChoice = namedtuple("KernelChoice", "kernel block_m block_n warps score")
-KernelChoice.__doc__ = ("What stof.attention would run: kernel ('blockwise', 'rowwise' or "
-                        "'cpu'), tile block_m x block_n, warps per CTA, selector score.")
+KernelChoice.__doc__ = ("What stof.attention would run: kernel ('blockwise', 'blockwise_sm90', "
+                        "'rowwise' or 'cpu'), tile block_m x block_n, warps per CTA, selector "
+                        "score.")
 
 _LAYOUTS = {"bhld": None, "blhd": (0, 2, 1, 3)}
 
@@ -73,8 +74,9 @@ class _Call:
 
     def __init__(self, q, k, v, mask, lengths, lengths_k, layout, cu_seqlens_q, cu_seqlens_k,
                  max_seqlen_q, max_seqlen_k, scale, kernel):
-        if kernel not in ("auto", "blockwise", "rowwise"):
-            raise ValueError(f"kernel must be 'auto', 'blockwise' or 'rowwise', got {kernel!r}")
+        if kernel not in ("auto", "blockwise", "blockwise_sm90", "rowwise"):
+            raise ValueError("kernel must be 'auto', 'blockwise', 'blockwise_sm90' or 'rowwise', "
+                             f"got {kernel!r}")
         self.params = _lib.fn("stof_attn_default_params")()
         self.params.scale = 0.0 if scale is None else float(scale)
         self.params.kernel = _lib.KERNELS[kernel]
@@ -182,7 +184,8 @@ def attention(q, k, v, mask=None, scale=None, lengths=None, kernel="auto", layou
     cu_seqlens_q / cu_seqlens_k: packed variable-length batch, q [Tq, H, D], k and v
     [Tk, H, D], prefix sums [B+1]; max_seqlen_q/_k: the padded length the mask is
     compiled for (default: the longest sequence, which reads cu_seqlens on the host).
-    scale: softmax scale, default 1/sqrt(D). kernel: "auto", "blockwise", "rowwise".
+    scale: softmax scale, default 1/sqrt(D). kernel: "auto", "blockwise", "blockwise_sm90"
+    (Hopper, compute capability 9.0), "rowwise".
     Returns a new tensor/array in q's layout, dtype and device (or fills `out`).
     """
     if v is None:

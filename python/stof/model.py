@@ -27,7 +27,7 @@ from .mask import as_mask
 
 
 class _ModelParams(Structure):
-    _fields_ = [("dtype", c_int)]
+    _fields_ = [("dtype", c_int), ("tune_cache", ctypes.c_char_p), ("tune_cache_off", c_int)]
 
 
 class _ModelInfo(Structure):
@@ -38,7 +38,7 @@ class _ModelInfo(Structure):
 
 
 class _ForwardParams(Structure):
-    _fields_ = [("mask", c_void_p)]
+    _fields_ = [("mask", c_void_p), ("eager", c_int)]
 
 
 _P = POINTER

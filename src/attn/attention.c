@@ -14,6 +14,14 @@
 #include <math.h>
 #include <string.h>
 
+/* The Hopper kernel (blockwise_sm90.cu), built into its own object library
+ * for sm_90a when STOF_CUDA_ARCHS has 90; STOF_HAVE_ATTN_SM90 says so. */
+#ifdef STOF_HAVE_ATTN_SM90
+#define ATTN_SM90_BUILT 1
+#else
+#define ATTN_SM90_BUILT 0
+#endif
+
 stof_attn_params stof_attn_default_params(void)
 {
     stof_attn_params p;
@@ -28,10 +36,10 @@ static stof_status check_params(const stof_attn_params *p)
     STOF_REQUIRE(isfinite(p->scale), STOF_ERR_INVALID_ARG, "attention scale is %g (must be finite)",
                  (double)p->scale);
     STOF_REQUIRE(p->kernel == STOF_ATTN_AUTO || p->kernel == STOF_ATTN_BLOCKWISE ||
-                     p->kernel == STOF_ATTN_ROWWISE,
+                     p->kernel == STOF_ATTN_ROWWISE || p->kernel == STOF_ATTN_BLOCKWISE_SM90,
                  STOF_ERR_INVALID_ARG,
-                 "attention kernel %d is not AUTO, BLOCKWISE or ROWWISE (STOF_ATTN_CPU is only "
-                 "reported)",
+                 "attention kernel %d is not AUTO, BLOCKWISE, BLOCKWISE_SM90 or ROWWISE "
+                 "(STOF_ATTN_CPU is only reported)",
                  (int)p->kernel);
     return STOF_OK;
 }
@@ -247,6 +255,8 @@ static attn_device device_of(const stof_ctx *ctx)
     d.smem_per_block = (int64_t)ctx->smem_per_block_optin;
     d.max_threads_per_sm = ctx->max_threads_per_sm;
     d.regs_per_sm = ctx->regs_per_sm;
+    d.cc = 10 * ctx->cc_major + ctx->cc_minor;
+    d.sm90_kernels = ATTN_SM90_BUILT;
     return d;
 }
 
@@ -325,10 +335,28 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
     if (choice) {
         const mask_tiles *t = stof_mask_tiles_view(mask);
         ch = *choice;
-        STOF_REQUIRE(ch.kernel == STOF_ATTN_BLOCKWISE || ch.kernel == STOF_ATTN_ROWWISE,
+        STOF_REQUIRE(ch.kernel == STOF_ATTN_BLOCKWISE || ch.kernel == STOF_ATTN_ROWWISE ||
+                         ch.kernel == STOF_ATTN_BLOCKWISE_SM90,
                      STOF_ERR_INVALID_ARG,
-                     "attention choice: kernel %d is not BLOCKWISE or ROWWISE", (int)ch.kernel);
-        if (ch.kernel == STOF_ATTN_BLOCKWISE) {
+                     "attention choice: kernel %d is not BLOCKWISE, BLOCKWISE_SM90 or ROWWISE",
+                     (int)ch.kernel);
+        if (ch.kernel == STOF_ATTN_BLOCKWISE_SM90) {
+            attn_device dev = device_of(ctx);
+            if (ch.block_m == 0) ch.block_m = 16 * ch.warps; /* 64 rows per warpgroup */
+            STOF_REQUIRE(dev.cc == 90 && dev.sm90_kernels, STOF_ERR_UNSUPPORTED,
+                         "the sm_90 block-wise kernel needs a compute capability 9.0 device and "
+                         "a build with 90 in STOF_CUDA_ARCHS (device: %d.%d, sm_90a kernels %s)",
+                         ctx->cc_major, ctx->cc_minor, dev.sm90_kernels ? "built" : "not built");
+            STOF_REQUIRE(attn_sm90_config_fits((int)s.D, t->tile_m, t->tile_n, ch.warps,
+                                               ch.block_m) &&
+                             attn_sm90_smem_bytes((int)s.D, ch.block_m) <= dev.smem_per_block,
+                         STOF_ERR_UNSUPPORTED,
+                         "no sm_90 block-wise configuration with %d warps and %d-row blocks for "
+                         "head dim %lld and mask tiles %dx%d (it serves head dims 64 and 128: 4 "
+                         "warps of 64-row blocks on 64x64 or 128x64 tiles, 8 warps of 128-row "
+                         "blocks on 128x64 tiles)",
+                         ch.warps, ch.block_m, (long long)s.D, t->tile_m, t->tile_n);
+        } else if (ch.kernel == STOF_ATTN_BLOCKWISE) {
             if (ch.block_m == 0) ch.block_m = 16 * ch.warps; /* one m-block per warp */
             STOF_REQUIRE(attn_blockwise_available((int)s.D, t->tile_m, t->tile_n, ch.warps,
                                                   ch.block_m),
@@ -348,6 +376,14 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
     fill_launch(&s, q, k, v, out, mask, cu_seqlens_q, cu_seqlens_k, &a);
     if (ch.kernel == STOF_ATTN_BLOCKWISE)
         return attn_blockwise_run(&a, ch.warps, ch.block_m, ctx->stream);
+    if (ch.kernel == STOF_ATTN_BLOCKWISE_SM90) {
+#ifdef STOF_HAVE_ATTN_SM90
+        return attn_blockwise_sm90_run(&a, ch.warps, ch.block_m, ctx->stream);
+#else
+        return stof_error(STOF_ERR_UNSUPPORTED,
+                          "the sm_90 block-wise kernel is not built into this library");
+#endif
+    }
     return attn_rowwise_run(&a, ctx->stream);
 }
 
@@ -371,4 +407,13 @@ stof_status stof_attention_select(stof_ctx *ctx, const stof_attn_params *params,
     attn_shape s;
     STOF_TRY(check_q_layout(ctx, q, stof_mask_tiles_view(mask), q->ndim == 3, &s));
     return choose(ctx, &p, &s, mask, out);
+}
+
+int attn_sm90_available(const stof_ctx *ctx, int head_dim, int tile_m, int tile_n, int warps,
+                        int block_m)
+{
+    if (!ctx || ctx->device != STOF_DEVICE_GPU) return 0;
+    attn_device d = device_of(ctx);
+    return attn_sm90_usable(&d, head_dim, tile_m, tile_n) &&
+           attn_sm90_config_fits(head_dim, tile_m, tile_n, warps, block_m);
 }

@@ -73,6 +73,17 @@ stof_status attn_blockwise_run(const attn_launch *a, int warps, int block_m, voi
  * capturing a CUDA graph that contains attention. */
 stof_status attn_blockwise_prepare(void);
 
+/* The sm_90 (wgmma) block-wise kernel (blockwise_sm90.cu, built for sm_90a
+ * when STOF_HAVE_ATTN_SM90 is defined): warps 4 or 8 (one or two warpgroups),
+ * block_m 64 or 128. attn_blockwise_sm90_prepare raises its shared-memory limit
+ * (attn_blockwise_prepare calls it). */
+stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, int block_m, void *stream);
+stof_status attn_blockwise_sm90_prepare(void);
+/* Whether the sm_90 (wgmma) block-wise kernel with these warps and block_m can
+ * run on ctx's device for this head dim and tile shape (built, cc 9.0). */
+int attn_sm90_available(const stof_ctx *ctx, int head_dim, int tile_m, int tile_n, int warps,
+                        int block_m);
+
 /* Row-wise kernel: one warp per query row, any tile shape with tile_n <= 128. */
 int attn_rowwise_available(int head_dim, int tile_n);
 stof_status attn_rowwise_run(const attn_launch *a, void *stream);

@@ -181,20 +181,6 @@ static __device__ __forceinline__ void accumulate_pv(float o[MW][D / 8][4],
     }
 }
 
-/* Rows [row0, row0 + rows) of out that exist get zeros. */
-template <int D, int THREADS>
-static __device__ __forceinline__ void store_zero_rows(const attn_seq *s, const attn_launch *a,
-                                                       int row0, int rows)
-{
-    const int CH = D / 8;
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (int idx = threadIdx.x; idx < rows * CH; idx += THREADS) {
-        const int r = idx / CH, c = idx % CH;
-        if (row0 + r < s->store_rows)
-            *(uint4 *)(s->o + (int64_t)(row0 + r) * a->o_sl + c * 8) = zero;
-    }
-}
-
 /* Normalise 16 rows of one m-block, stage them in the warp's own Q rows of
  * shared memory (free since Q went to registers), then write 16-byte chunks. */
 template <int D, int BF16>
@@ -404,6 +390,12 @@ extern "C" stof_status attn_blockwise_prepare(void)
         STOF_CUDA_TRY(cudaFuncSetAttribute((const void *)bw_variants[i].fn,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            variant_smem(&bw_variants[i])));
+#ifdef STOF_HAVE_ATTN_SM90
+    int major = 0, minor = 0;
+    STOF_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    STOF_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major == 9 && minor == 0) STOF_TRY(attn_blockwise_sm90_prepare());
+#endif
     done |= bit;
     return STOF_OK;
 }

@@ -174,6 +174,20 @@ static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int
     return s;
 }
 
+/* Rows [row0, row0 + rows) of out that exist get zeros (both block-wise kernels). */
+template <int D, int THREADS>
+static __device__ __forceinline__ void store_zero_rows(const attn_seq *s, const attn_launch *a,
+                                                       int row0, int rows)
+{
+    const int CH = D / 8;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (int idx = threadIdx.x; idx < rows * CH; idx += THREADS) {
+        const int r = idx / CH, c = idx % CH;
+        if (row0 + r < s->store_rows)
+            *(uint4 *)(s->o + (int64_t)(row0 + r) * a->o_sl + c * 8) = zero;
+    }
+}
+
 /* Index of tile row tr of the instance (b, h) in row_ptr. */
 static __device__ __forceinline__ int64_t attn_row_index(const mask_tiles *t, int b, int h, int tr)
 {

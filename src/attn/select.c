@@ -1,7 +1,8 @@
 /*
  * select.c — the analytical selector of select.h: row-wise vs block-wise by
  * STOF's density bound, then the block-wise configuration by an occupancy and
- * bandwidth estimate. The formulas are written out in select.h.
+ * bandwidth estimate, and the Hopper wgmma kernel where it can run. The
+ * formulas and rules are written out in select.h.
  */
 #include "attn/select.h"
 
@@ -105,6 +106,40 @@ double attn_bw_score(const attn_bw_config *c, const attn_problem *p, const attn_
     return ctas * c->warps * tiles * f_warp / time;
 }
 
+int attn_sm90_config_fits(int head_dim, int tile_m, int tile_n, int warps, int block_m)
+{
+    if ((head_dim != 64 && head_dim != 128) || tile_n != 64) return 0;
+    if (warps == 4 && block_m == 64) return tile_m == 64 || tile_m == 128;
+    return warps == 8 && block_m == 128 && tile_m == 128;
+}
+
+int64_t attn_sm90_smem_bytes(int head_dim, int block_m)
+{
+    return ((int64_t)block_m + 4 * 64) * head_dim * 2 + 1024;
+}
+
+int attn_sm90_usable(const attn_device *dev, int head_dim, int tile_m, int tile_n)
+{
+    return dev->cc == 90 && dev->sm90_kernels &&
+           attn_sm90_config_fits(head_dim, tile_m, tile_n, 4, 64) &&
+           attn_sm90_smem_bytes(head_dim, 64) <= dev->smem_per_block;
+}
+
+/* Rule 3. of select.h; the kernel is usable (attn_sm90_usable). */
+static stof_attn_choice sm90_choice(const attn_problem *p, const attn_device *dev, double score)
+{
+    stof_attn_choice ch;
+    double ctas128 = (double)p->batch * p->heads * ceil((double)p->lq / p->tile_m);
+    bool two = p->tile_m == 128 && ctas128 >= dev->sm_count &&
+               attn_sm90_smem_bytes(p->head_dim, 128) <= dev->smem_per_block;
+    ch.kernel = STOF_ATTN_BLOCKWISE_SM90;
+    ch.block_m = two ? 128 : 64;
+    ch.block_n = 64;
+    ch.warps = two ? 8 : 4;
+    ch.score = score;
+    return ch;
+}
+
 static stof_attn_choice rowwise_choice(const attn_problem *p, double rho, double bound)
 {
     stof_attn_choice ch;
@@ -148,6 +183,18 @@ stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn
             best_score = s;
         }
     }
+    if (forced == STOF_ATTN_BLOCKWISE_SM90) {
+        STOF_REQUIRE(dev->cc == 90 && dev->sm90_kernels, STOF_ERR_UNSUPPORTED,
+                     "the sm_90 block-wise kernel needs a compute capability 9.0 device and a "
+                     "build with 90 in STOF_CUDA_ARCHS (device: %d.%d, sm_90a kernels %s)",
+                     dev->cc / 10, dev->cc % 10, dev->sm90_kernels ? "built" : "not built");
+        STOF_REQUIRE(attn_sm90_usable(dev, p->head_dim, p->tile_m, p->tile_n), STOF_ERR_UNSUPPORTED,
+                     "the sm_90 block-wise kernel has no configuration for head dim %d and mask "
+                     "tiles %dx%d (it serves tiles 64x64 and 128x64 at head dims 64 and 128)",
+                     p->head_dim, p->tile_m, p->tile_n);
+        *out = sm90_choice(p, dev, best >= 0 ? best_score : 0.0);
+        return STOF_OK;
+    }
     if (forced == STOF_ATTN_BLOCKWISE) {
         STOF_REQUIRE(best >= 0 || fitting == 0, STOF_ERR_UNSUPPORTED,
                      "no block-wise configuration for head dim %d fits this device (%d SMs, "
@@ -160,6 +207,10 @@ stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn
                      p->head_dim, p->tile_m, p->tile_n);
     } else if (best < 0 || rho < bound) {
         *out = rowwise_choice(p, rho, bound);
+        return STOF_OK;
+    }
+    if (forced == STOF_ATTN_AUTO && attn_sm90_usable(dev, p->head_dim, p->tile_m, p->tile_n)) {
+        *out = sm90_choice(p, dev, best_score);
         return STOF_OK;
     }
     const attn_bw_config *c = &attn_bw_configs[best];

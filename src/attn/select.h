@@ -45,6 +45,18 @@
  *    all of the shared-memory cost), then to fewer warps. smem and regs are the
  *    kernel's real figures (attn_bw_smem_bytes, ptxas register counts).
  *
+ * 3. Hopper. The wgmma kernel (blockwise_sm90.cu) is usable when the device's
+ *    compute capability is exactly 9.0 (attn_device.cc == 90: wgmma exists on
+ *    sm_90a only), its objects are built (attn_device.sm90_kernels), the head
+ *    dim is 64 or 128 and the tiles are 64 x 64 or 128 x 64. When 1. and 2.
+ *    decide block-wise and it is usable, it runs instead of the mma.sync
+ *    kernel, with
+ *        two warpgroups (block_m 128, 8 warps) when tile_m = 128 and
+ *            B * H * n_trow >= sm_count (every SM gets a CTA of 128 rows),
+ *        one warpgroup (block_m 64, 4 warps) otherwise (twice the CTAs).
+ *    The score stays the block-wise figure of 2. (the model is calibrated for
+ *    mma.sync; here it only separates block-wise from row-wise).
+ *
  * A row-wise choice reports score = (tau / (log2 n)^2) / rho (> 1: below the
  * bound; +inf for an empty mask).
  */
@@ -73,6 +85,8 @@ typedef struct attn_device {
     int64_t smem_per_block; /* bytes one CTA may opt into */
     int max_threads_per_sm;
     int regs_per_sm;
+    int cc;           /* compute capability, 10 * major + minor (0: unknown) */
+    int sm90_kernels; /* 1: the sm_90a kernels are built into this library */
 } attn_device;
 
 typedef struct attn_problem {
@@ -109,9 +123,19 @@ int attn_bw_regs(int head_dim, const attn_bw_config *c);
 int attn_bw_ctas_per_sm(const attn_bw_config *c, int head_dim, const attn_device *dev);
 double attn_bw_score(const attn_bw_config *c, const attn_problem *p, const attn_device *dev);
 
-/* The decision. forced: STOF_ATTN_AUTO, _BLOCKWISE or _ROWWISE. Fails (with
- * the message set) only when a forced block-wise run has no configuration for
- * the mask's tile shape or head dim. */
+/* The sm_90 block-wise kernel (3.): 4 warps with 64-row blocks on 64 x 64 or
+ * 128 x 64 tiles, 8 warps with 128-row blocks on 128 x 64 tiles, head dims 64
+ * and 128. attn_sm90_usable adds the device and build conditions. */
+int attn_sm90_config_fits(int head_dim, int tile_m, int tile_n, int warps, int block_m);
+int attn_sm90_usable(const attn_device *dev, int head_dim, int tile_m, int tile_n);
+/* Dynamic shared memory of one sm_90 CTA: Q block, two K and two V tiles of
+ * 64 rows, unpadded (128-byte swizzle), plus 1024 bytes to align the base. */
+int64_t attn_sm90_smem_bytes(int head_dim, int block_m);
+
+/* The decision. forced: STOF_ATTN_AUTO, _BLOCKWISE, _BLOCKWISE_SM90 or
+ * _ROWWISE. Fails (with the message set) only when a forced block-wise run has
+ * no configuration for the mask's tile shape or head dim, or a forced sm_90
+ * run cannot run on this device or build. */
 stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn_kernel forced,
                         stof_attn_choice *out);
 

@@ -117,6 +117,8 @@ typedef struct fuse_linear_args {
     const void *gamma, *beta; /* [n]: linear_res_ln only */
     float eps;                /* LayerNorm epsilon, > 0 */
     void *y;                  /* [m, n]; must not overlap x */
+    int lt_algo;              /* cuBLASLt path: index into the heuristic's algorithms, best
+                                 first (0: the heuristic's choice) */
 } fuse_linear_args;
 
 /* The feed-forward block y = LN(act(x w1^T + b1) w2^T + b2 + residual). */
@@ -145,6 +147,7 @@ typedef enum fuse_path {
 typedef struct fuse_choice {
     fuse_path path;
     fuse_config config; /* FUSE_PATH_STOF: the kernel; tpl NONE: the rule-based default */
+    int lt_algo;        /* FUSE_PATH_CUBLASLT: which of the heuristic's algorithms (0: its first) */
 } fuse_choice;
 
 /* QKV and FFN1: y = act(x w^T + b). ws feeds cuBLASLt (may be empty). */
@@ -177,6 +180,11 @@ stof_status fuse_run_ffn_chain(stof_ctx *ctx, const fuse_config *c, const fuse_f
  */
 stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *args, fuse_act act,
                          const void *residual, fuse_ws ws);
+/* How many algorithms cuBLASLt's heuristic offers for this GEMM (up to
+ * FUSE_LT_MAX_ALGOS): the valid range of args->lt_algo. */
+#define FUSE_LT_MAX_ALGOS 8
+stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, fuse_act act,
+                               const void *residual, fuse_ws ws, int *count);
 /* Number of cached cuBLASLt plans (for tests). */
 int fuse_lt_cached_plans(const stof_ctx *ctx);
 

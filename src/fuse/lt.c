@@ -27,6 +27,7 @@ typedef struct lt_key {
     int has_c;
     uint32_t align; /* smallest alignment of the operands, capped at 256 */
     size_t ws_bytes;
+    int algo_index; /* which of the heuristic's results */
 } lt_key;
 
 typedef struct lt_plan {
@@ -35,6 +36,7 @@ typedef struct lt_plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, cd;
     cublasLtMatmulAlgo_t algo;
+    int offered; /* algorithms the heuristic returned */
 } lt_plan;
 
 typedef struct lt_state {
@@ -114,7 +116,7 @@ static bool key_equal(const lt_key *a, const lt_key *b)
 {
     return a->m == b->m && a->n == b->n && a->k == b->k && a->dtype == b->dtype &&
            a->epilogue == b->epilogue && a->has_c == b->has_c && a->align == b->align &&
-           a->ws_bytes == b->ws_bytes;
+           a->ws_bytes == b->ws_bytes && a->algo_index == b->algo_index;
 }
 
 static stof_status plan_build(lt_state *s, lt_plan *p, const lt_key *key, const void *bias)
@@ -147,11 +149,11 @@ static stof_status plan_build(lt_state *s, lt_plan *p, const lt_key *key, const 
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
         st = cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &al, sizeof al);
-    cublasLtMatmulHeuristicResult_t result;
+    cublasLtMatmulHeuristicResult_t result[FUSE_LT_MAX_ALGOS];
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(s->handle, p->op, p->a, p->b, p->cd, p->cd, pref, 1,
-                                            &result, &found);
+        st = cublasLtMatmulAlgoGetHeuristic(s->handle, p->op, p->a, p->b, p->cd, p->cd, pref,
+                                            key->algo_index + 1, result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     STOF_TRY(lt_status(st, "cublasLtMatmulAlgoGetHeuristic"));
     STOF_REQUIRE(found > 0, STOF_ERR_UNSUPPORTED,
@@ -159,7 +161,11 @@ static stof_status plan_build(lt_state *s, lt_plan *p, const lt_key *key, const 
                  "of workspace",
                  (long long)key->m, key->n, key->k, stof_dtype_name((stof_dtype)key->dtype),
                  key->epilogue, key->ws_bytes);
-    p->algo = result.algo;
+    p->offered = found;
+    STOF_REQUIRE(key->algo_index < found, STOF_ERR_UNSUPPORTED,
+                 "cuBLASLt offers %d algorithms for m=%lld n=%d k=%d; algorithm %d was asked for",
+                 found, (long long)key->m, key->n, key->k, key->algo_index);
+    p->algo = result[key->algo_index].algo;
     return STOF_OK;
 }
 
@@ -197,6 +203,31 @@ static int lt_epilogue(fuse_act act, bool bias)
     }
 }
 
+/* Everything the heuristic looks at, for one call. */
+static lt_key make_key(const fuse_linear_args *a, fuse_act act, const void *residual, fuse_ws ws)
+{
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.algo_index = a->lt_algo;
+    key.m = a->m;
+    key.n = a->n;
+    key.k = a->k;
+    key.dtype = (int)a->dtype;
+    key.epilogue = lt_epilogue(act, a->bias != NULL);
+    key.has_c = residual != NULL;
+    uint32_t al = ptr_align(a->x);
+    const void *ptrs[4] = {a->w, a->y, a->bias, residual};
+    for (int i = 0; i < 4; i++) {
+        if (!ptrs[i]) continue;
+        uint32_t pa = ptr_align(ptrs[i]);
+        if (pa < al) al = pa;
+    }
+    key.align = al;
+    key.ws_bytes =
+        ws.ptr ? (ws.bytes < FUSE_LT_WORKSPACE_BYTES ? ws.bytes : FUSE_LT_WORKSPACE_BYTES) : 0;
+    return key;
+}
+
 stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, fuse_act act,
                          const void *residual, fuse_ws ws)
 {
@@ -227,26 +258,11 @@ stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, fuse_act act,
                      !fuse_overlap(a->w, (size_t)a->n * a->k * es, a->y, (size_t)a->m * a->n * es),
                  STOF_ERR_INVALID_ARG, "%s: y overlaps x or w", what);
 
+    STOF_REQUIRE(a->lt_algo >= 0 && a->lt_algo < FUSE_LT_MAX_ALGOS, STOF_ERR_INVALID_ARG,
+                 "%s: lt_algo %d is outside [0, %d)", what, a->lt_algo, FUSE_LT_MAX_ALGOS);
     lt_state *s = NULL;
     STOF_TRY(lt_state_get(ctx, &s));
-    lt_key key;
-    memset(&key, 0, sizeof key);
-    key.m = a->m;
-    key.n = a->n;
-    key.k = a->k;
-    key.dtype = (int)a->dtype;
-    key.epilogue = lt_epilogue(act, a->bias != NULL);
-    key.has_c = residual != NULL;
-    uint32_t al = ptr_align(a->x);
-    const void *ptrs[4] = {a->w, a->y, a->bias, residual};
-    for (int i = 0; i < 4; i++) {
-        if (!ptrs[i]) continue;
-        uint32_t pa = ptr_align(ptrs[i]);
-        if (pa < al) al = pa;
-    }
-    key.align = al;
-    key.ws_bytes =
-        ws.ptr ? (ws.bytes < FUSE_LT_WORKSPACE_BYTES ? ws.bytes : FUSE_LT_WORKSPACE_BYTES) : 0;
+    lt_key key = make_key(a, act, residual, ws);
     lt_plan *p = NULL;
     STOF_TRY(plan_get(s, &key, a->bias, &p));
     if (a->bias)
@@ -256,5 +272,26 @@ stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, fuse_act act,
     const void *c = residual ? residual : a->y;
     LT_TRY(cublasLtMatmul(s->handle, p->op, &alpha, a->w, p->a, a->x, p->b, &beta, c, p->cd, a->y,
                           p->cd, &p->algo, ws.ptr, key.ws_bytes, (cudaStream_t)ctx->stream));
+    return STOF_OK;
+}
+
+stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, fuse_act act,
+                               const void *residual, fuse_ws ws, int *count)
+{
+    STOF_REQUIRE(args && count, STOF_ERR_INVALID_ARG, "fuse_lt_algo_count: args or count is NULL");
+    STOF_TRY(fuse_check_ctx(ctx, "fuse_lt_algo_count"));
+    *count = 0;
+    lt_state *s = NULL;
+    STOF_TRY(lt_state_get(ctx, &s));
+    /* Asking for the last index makes the heuristic return all it has. */
+    fuse_linear_args last = *args;
+    last.lt_algo = FUSE_LT_MAX_ALGOS - 1;
+    lt_key key = make_key(&last, act, residual, ws);
+    lt_plan probe;
+    stof_status st = plan_build(s, &probe, &key, args->bias);
+    *count = probe.offered;
+    plan_release(&probe);
+    if (st == STOF_ERR_UNSUPPORTED) stof_clear_error(); /* fewer than asked for: not an error */
+    else STOF_TRY(st);
     return STOF_OK;
 }

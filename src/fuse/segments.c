@@ -165,7 +165,9 @@ stof_status fuse_linear_act(stof_ctx *ctx, const fuse_choice *choice, const fuse
     STOF_TRY(check_path(choice, what));
     if (choice->path == FUSE_PATH_STOF) return fuse_run_gemm_bias_act(ctx, &choice->config, args);
     STOF_TRY(check_linear(ctx, args, false, what));
-    return lt_linear_act(ctx, args, ws);
+    fuse_linear_args a = *args;
+    a.lt_algo = choice->lt_algo;
+    return lt_linear_act(ctx, &a, ws);
 }
 
 stof_status fuse_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
@@ -175,7 +177,9 @@ stof_status fuse_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
     STOF_TRY(check_path(choice, what));
     if (choice->path == FUSE_PATH_STOF) return fuse_run_gemm_res_ln(ctx, &choice->config, args);
     STOF_TRY(check_linear(ctx, args, true, what));
-    return lt_linear_res_ln(ctx, args, args->residual, args->gamma, ws);
+    fuse_linear_args a = *args;
+    a.lt_algo = choice->lt_algo;
+    return lt_linear_res_ln(ctx, &a, args->residual, args->gamma, ws);
 }
 
 stof_status fuse_ffn(stof_ctx *ctx, const fuse_choice *choice, const fuse_ffn_args *args,

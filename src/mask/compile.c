@@ -282,6 +282,19 @@ stof_status mask_plan_tiles(stof_ctx *ctx, const stof_mask_spec *spec,
     return STOF_OK;
 }
 
+stof_status stof_mask_choose_tiles(stof_ctx *ctx, const stof_mask_spec *spec,
+                                   const stof_mask_params *params, int *tile_m, int *tile_n)
+{
+    STOF_REQUIRE(ctx && spec && params && tile_m && tile_n, STOF_ERR_INVALID_ARG,
+                 "stof_mask_choose_tiles: missing argument");
+    mask_plan plan;
+    STOF_TRY(mask_plan_tiles(ctx, spec, params, false, &plan));
+    *tile_m = plan.tm;
+    *tile_n = plan.tn;
+    mask_plan_free(&plan);
+    return STOF_OK;
+}
+
 stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
                               const stof_mask_params *params, stof_mask **out)
 {
@@ -298,6 +311,10 @@ stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
                  "stof_mask_compile: the GPU builder needs a GPU context (this one runs on the "
                  "CPU)");
     bool use_gpu = builder == STOF_BUILDER_GPU || (builder == STOF_BUILDER_AUTO && gpu_ctx);
+    STOF_REQUIRE(!params->reusable || use_gpu, STOF_ERR_INVALID_ARG,
+                 "stof_mask_compile: a reusable mask needs the GPU builder (builder %d on a %s "
+                 "context)",
+                 (int)builder, gpu_ctx ? "GPU" : "CPU");
     mask_plan plan;
     stof_mask *m = NULL;
     stof_status st = mask_plan_tiles(ctx, spec, params, !use_gpu, &plan);
@@ -307,7 +324,8 @@ stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
         m->memory = gpu_ctx ? STOF_MEM_DEVICE : STOF_MEM_HOST;
         m->est = plan.est;
         m->entries = m->partial = -1;
-        st = use_gpu ? mask_gpu_build(ctx, spec, &plan, m) : cpu_build(ctx, spec, &plan, m);
+        st = use_gpu ? mask_gpu_build(ctx, spec, &plan, params->reusable != 0, m)
+                     : cpu_build(ctx, spec, &plan, m);
     }
     mask_plan_free(&plan);
     if (st != STOF_OK) {
@@ -329,7 +347,24 @@ void stof_mask_destroy(stof_mask *mask)
         mask_tiles_host_free(mask->host_copy);
         free(mask->host_copy);
     }
+    if (mask->scratch) stof_dev_free(mask->ctx, mask->scratch);
+    mask_gpu_replay_free(mask->replay);
     free(mask);
+}
+
+stof_status stof_mask_rebuild(stof_mask *mask)
+{
+    STOF_REQUIRE(mask, STOF_ERR_INVALID_ARG, "stof_mask_rebuild: mask is NULL");
+    STOF_REQUIRE(mask->replay, STOF_ERR_INVALID_ARG,
+                 "stof_mask_rebuild: the mask was not compiled with reusable = 1 by the GPU "
+                 "builder");
+    if (mask->host_copy) {
+        mask_tiles_host_free(mask->host_copy);
+        free(mask->host_copy);
+        mask->host_copy = NULL;
+    }
+    mask->entries = mask->partial = -1;
+    return mask_gpu_relaunch(mask);
 }
 
 const mask_tiles *stof_mask_tiles_view(const stof_mask *mask)

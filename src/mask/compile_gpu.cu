@@ -537,8 +537,24 @@ static stof_status launch(stof_ctx *ctx, const scratch_plan *s, const compile_ar
     return STOF_CUDA(cudaGetLastError());
 }
 
+/* What a reusable mask keeps to enqueue its build again. */
+struct mask_gpu_replay {
+    scratch_plan s;
+    compile_args args;
+};
+
+extern "C" stof_status mask_gpu_relaunch(stof_mask *m)
+{
+    return launch(m->ctx, &m->replay->s, &m->replay->args);
+}
+
+extern "C" void mask_gpu_replay_free(mask_gpu_replay *r)
+{
+    free(r);
+}
+
 extern "C" stof_status mask_gpu_build(stof_ctx *ctx, const stof_mask_spec *spec,
-                                      const mask_plan *plan, stof_mask *m)
+                                      const mask_plan *plan, bool reusable, stof_mask *m)
 {
     m->lay = mask_layout_make(plan->bm, plan->n_rows, plan->tm, plan->wpr, plan->cap_entries,
                               plan->cap_partial);
@@ -563,6 +579,15 @@ extern "C" stof_status mask_gpu_build(stof_ctx *ctx, const stof_mask_spec *spec,
     if (st == STOF_OK) {
         fill_args(spec, plan, &s, parts, (char *)scr, (char *)out, &m->lay, &args);
         st = launch(ctx, &s, &args);
+    }
+    if (st == STOF_OK && reusable) {
+        st = stof_host_calloc(1, sizeof *m->replay, (void **)&m->replay);
+        if (st == STOF_OK) {
+            m->replay->s = s;
+            m->replay->args = args;
+            m->scratch = scr;
+            scr = NULL;
+        }
     }
     free(blob);
     stof_dev_free(ctx, scr);

@@ -80,6 +80,16 @@ typedef struct mask_tiles_host {
 stof_status stof_mask_to_host(stof_mask *mask, mask_tiles_host *out);
 void mask_tiles_host_free(mask_tiles_host *h);
 
+/* The tile shape stof_mask_compile would use for these params (with tile 0 x
+ * 0 the choice for the device), without building anything. */
+stof_status stof_mask_choose_tiles(stof_ctx *ctx, const stof_mask_spec *spec,
+                                   const stof_mask_params *params, int *tile_m, int *tile_n);
+
+/* True when the spec's canonical text (stof_mask_spec_format) describes it
+ * completely: no dense part and no per-head block layout. Two such specs with
+ * the same text are the same mask. */
+bool stof_mask_spec_textual(const stof_mask_spec *spec);
+
 /* Dense 0/1 plane of instance (b, h) straight from the spec, element by
  * element, without the tile format: the oracle for the compiler. lengths may be
  * NULL (full length). dense has lq * lk bytes. */

@@ -60,6 +60,8 @@ typedef struct mask_layout {
     size_t len_q, len_k, row_ptr, meta, col, bits, bitmap, total;
 } mask_layout;
 
+struct mask_gpu_replay;
+
 struct stof_mask {
     stof_ctx *ctx;
     stof_memory memory;
@@ -70,6 +72,8 @@ struct stof_mask {
     int64_t cap_entries, cap_partial;
     int64_t entries, partial;   /* -1 while only the device knows them */
     mask_tiles_host *host_copy; /* filled by the first stats/decode of a device mask */
+    void *scratch;              /* reusable GPU mask: the builder's device scratch */
+    struct mask_gpu_replay *replay; /* reusable GPU mask: the builder's launch, kept */
 };
 
 /* ---- plan.c */
@@ -121,7 +125,11 @@ void mask_point_tiles(stof_mask *m, const mask_plan *plan, void *base);
  * specs in the kernel parameters (uploads lists, layouts and host dense parts),
  * enqueues the kernels. */
 stof_status mask_gpu_build(stof_ctx *ctx, const stof_mask_spec *spec, const mask_plan *plan,
-                           stof_mask *m);
+                           bool reusable, stof_mask *m);
+/* Enqueues the kept launch of a reusable GPU mask again (stof_mask_rebuild). */
+stof_status mask_gpu_relaunch(stof_mask *m);
+/* Releases a reusable mask's kept launch (not its scratch: the caller frees that). */
+void mask_gpu_replay_free(struct mask_gpu_replay *r);
 
 #ifdef __cplusplus
 }

@@ -564,6 +564,17 @@ static void format_part(text_out *o, const mask_part *p)
     }
 }
 
+bool stof_mask_spec_textual(const stof_mask_spec *spec)
+{
+    if (!spec) return false;
+    for (int k = 0; k < spec->n_parts; k++) {
+        const mask_part *p = &spec->parts[k];
+        if (p->kind == MASK_PART_DENSE || (p->kind == MASK_PART_BLOCKS && p->heads > 1))
+            return false;
+    }
+    return true;
+}
+
 stof_status stof_mask_spec_format(const stof_mask_spec *spec, char *buf, size_t cap, size_t *needed)
 {
     STOF_REQUIRE(spec, STOF_ERR_INVALID_ARG, "stof_mask_spec_format: spec is NULL");

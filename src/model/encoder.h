@@ -18,6 +18,7 @@ extern "C" {
 #endif
 
 typedef struct enc_cpu_ws enc_cpu_ws;
+struct tune_plan;
 typedef struct enc_gpu enc_gpu;
 
 struct stof_model {
@@ -42,6 +43,9 @@ typedef struct enc_request {
     const stof_tensor *types;   /* I32 [B, L] like ids, or NULL (type 0) */
     stof_tensor *hidden;        /* [B, L, hidden], contiguous, or NULL */
     stof_tensor *pooled;        /* F32 [B, hidden], contiguous, or NULL */
+    bool eager;                 /* GPU: launch kernel by kernel, no CUDA graph */
+    const struct tune_plan *plan; /* GPU: run this plan (the tuner's candidates); NULL: the
+                                     tuning cache's, else the rules */
 } enc_request;
 
 /* Element (b, i) of an I32 [B, L] host tensor (any strides). */
@@ -49,6 +53,14 @@ static inline int32_t enc_i32_at(const stof_tensor *t, int64_t b, int64_t i)
 {
     return ((const int32_t *)t->data)[b * t->stride[0] + i * t->stride[1]];
 }
+
+/* ---- model.c */
+
+/* stof_model_forward running the given plan (GPU; NULL: as stof_model_forward). */
+stof_status enc_forward_plan(stof_model *model, const stof_forward_params *params,
+                             const stof_tensor *ids, const stof_tensor *lengths,
+                             const stof_tensor *token_types, stof_tensor *hidden_out,
+                             stof_tensor *pooled_out, const struct tune_plan *plan);
 
 /* ---- encoder_cpu.c */
 
@@ -63,6 +75,24 @@ void enc_gpu_destroy(enc_gpu *g);
 stof_status enc_gpu_forward(stof_model *m, const enc_request *r);
 /* Whether the GPU path can run this model (head dim, widths); the message says why not. */
 stof_status enc_gpu_supports(const bert_config *c);
+/* Where tuned plans come from: path (NULL or "": the default file), or none when off. */
+void enc_gpu_set_tune_cache(enc_gpu *g, const char *path, bool off);
+/* The tuning-cache key of a forward of this shape on this model and device. */
+struct tune_key;
+stof_status enc_gpu_tune_key(stof_model *m, int batch, int len, int64_t tokens,
+                             const stof_mask_spec *mask, struct tune_key *key);
+/* The tuning cache file of this model (the default one when none was given). */
+stof_status enc_gpu_tune_cache_path(const enc_gpu *g, char *buf, size_t cap);
+/* Makes plan the model's plan for forwards with this key (the tuner's result). */
+void enc_gpu_remember_plan(enc_gpu *g, const struct tune_key *key, const struct tune_plan *plan);
+/* The mask tile shape forwards of this shape use. */
+stof_status enc_gpu_mask_tiles(stof_model *m, int batch, int len, const int32_t *host_lengths,
+                               const stof_mask_spec *mask, int *tile_m, int *tile_n);
+/* How many cuBLASLt algorithms the GEMM of a segment (tune_segment) can choose
+ * from at this row count (after a forward of at least that many rows). */
+stof_status enc_gpu_lt_algos(stof_model *m, int seg, int64_t rows, int *count);
+/* Buckets that hold a captured CUDA graph (for tests). */
+int enc_gpu_graphs_captured(const enc_gpu *g);
 
 /* ---- encoder_kernels.cu (enqueued on ctx->stream; arguments trusted) */
 

@@ -21,18 +21,61 @@
  *
  * The workspace is sized for B * L tokens at the first forward of a (B, L)
  * and kept, so later forwards of that shape or smaller allocate nothing of
- * their own; the mask compile still allocates its tiles per forward (stream
- * ordered), which is also why the forward is not captured as a CUDA graph:
- * the mask API has no compile into fixed storage.
+ * their own.
+ *
+ * CUDA graphs. A forward computes on Tb >= T packed rows, Tb the token
+ * bucket of T (tune_token_bucket, at most B * L): rows past T hold token 0 at
+ * position 0, are computed like any other and never read back (attention,
+ * unpack and pooling follow cu_seqlens). What a graph captures therefore
+ * depends only on (B, L, Tb, the mask's text, whether token types are given,
+ * the layer plan): the first forward of such a bucket runs kernel by kernel,
+ * the second captures the mask build (a reusable mask reading the lengths
+ * from the device inputs) and every layer, and later ones replay it. Inputs go
+ * up before the launch and outputs come out after it, so nothing the caller
+ * owns is baked into a graph. Masks whose text does not describe them (dense
+ * tensors, per-head layouts), a stream that is already capturing, and
+ * forwards that ask for it run kernel by kernel.
  */
 #include "model/encoder.h"
 
+#include "attn/attn.h"
 #include "fuse/fuse.h"
+#include "mask/mask.h"
+#include "tune/tune.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
+
+/* Fusion scheme of the layers for one token count. */
+typedef struct layer_plan {
+    fuse_choice qkv, out, ffn1, ffn2, chain;
+    bool use_chain;
+    stof_attn_choice attn; /* kernel AUTO: the selector */
+} layer_plan;
+
+#define ENC_GRAPHS 8 /* captured buckets kept per model (least recently used goes) */
+#define ENC_PLANS 16 /* tuning-cache lookups remembered per model */
+
+/* One captured forward bucket. */
+typedef struct enc_graph {
+    bool used, failed; /* failed: capture did not work; this bucket runs kernel by kernel */
+    int batch, len, has_types, runs;
+    int64_t rows;
+    char *mask_text;
+    layer_plan plan;
+    stof_mask *mask; /* reusable, reading the lengths of the device inputs */
+    cudaGraphExec_t exec;
+    uint64_t last_use;
+} enc_graph;
+
+/* A remembered tuning-cache lookup. */
+typedef struct enc_plan_memo {
+    bool used, found;
+    tune_key key;
+    tune_plan plan;
+} enc_plan_memo;
 
 typedef struct gpu_layer {
     const void *qkv_w, *qkv_b, *o_w, *o_b, *ln1_g, *ln1_b;
@@ -58,18 +101,22 @@ struct enc_gpu {
     /* host staging of the packed inputs */
     int32_t *stage;
     int64_t stage_cap;
+    enc_graph graphs[ENC_GRAPHS];
+    uint64_t clock;
+    void *capture_stream; /* cudaStream_t graphs are captured on (made on first use) */
+    /* tuning cache: loaded at the first forward that looks for a plan */
+    char cache_path[1024];
+    bool cache_off, cache_loaded;
+    tune_cache *cache;
+    enc_plan_memo memo[ENC_PLANS];
+    int memo_next;
 };
 
 /* Device pointers of one forward's packed inputs. */
 typedef struct dev_inputs {
-    int32_t *cu, *ids, *types, *pos; /* types NULL: all type 0 */
+    int32_t *cu, *lens, *ids, *types, *pos; /* types NULL: all type 0 */
+    int64_t rows;                            /* Tb: rows computed (>= the T real tokens) */
 } dev_inputs;
-
-/* Fusion scheme of the layers for one token count. */
-typedef struct layer_plan {
-    fuse_choice qkv, out, ffn1, ffn2, chain;
-    bool use_chain;
-} layer_plan;
 
 static size_t align256(size_t n)
 {
@@ -200,9 +247,27 @@ stof_status enc_gpu_create(stof_model *m)
     return STOF_OK;
 }
 
+static void graph_release(enc_graph *e)
+{
+    if (e->exec) cudaGraphExecDestroy(e->exec);
+    stof_mask_destroy(e->mask);
+    free(e->mask_text);
+    memset(e, 0, sizeof *e);
+}
+
+/* Every captured bucket goes (their pointers into the workspace are stale). */
+static void graphs_drop(enc_gpu *g)
+{
+    for (int i = 0; i < ENC_GRAPHS; i++)
+        if (g->graphs[i].used) graph_release(&g->graphs[i]);
+}
+
 void enc_gpu_destroy(enc_gpu *g)
 {
     if (!g) return;
+    graphs_drop(g);
+    if (g->capture_stream) cudaStreamDestroy((cudaStream_t)g->capture_stream);
+    tune_cache_free(g->cache);
     if (g->weights) stof_dev_free(g->ctx, g->weights);
     if (g->ws) stof_dev_free(g->ctx, g->ws);
     stof_mask_spec_destroy(g->full);
@@ -219,12 +284,13 @@ static stof_status ws_reserve(stof_model *m, int B, int L)
     enc_gpu *g = m->gpu;
     int64_t tokens = (int64_t)B * L;
     if (g->ws && tokens <= g->cap_tokens && B <= g->cap_batch) return STOF_OK;
+    graphs_drop(g);
     if (tokens < g->cap_tokens) tokens = g->cap_tokens;
     int batch = B > g->cap_batch ? B : g->cap_batch;
     const stof_model_info *info = &m->info;
     size_t es = 2, H = (size_t)info->hidden;
     size_t o_in = 0;
-    size_t o_x = o_in + align256((size_t)(batch + 1 + 3 * tokens + 16) * 4);
+    size_t o_x = o_in + align256((size_t)(2 * batch + 1 + 3 * tokens + 16) * 4);
     size_t o_qkv = o_x + align256((size_t)tokens * H * es);
     size_t o_attn = o_qkv + align256((size_t)tokens * 3 * H * es);
     size_t o_inter = o_attn + align256((size_t)tokens * H * es);
@@ -249,6 +315,8 @@ static stof_status ws_reserve(stof_model *m, int B, int L)
     g->lt.bytes = FUSE_LT_WORKSPACE_BYTES;
     g->cap_tokens = tokens;
     g->cap_batch = batch;
+    /* Rows past a forward's tokens are computed but never read: start them finite. */
+    STOF_CUDA_TRY(cudaMemsetAsync(g->ws, 0, o_lt, (cudaStream_t)m->ctx->stream));
     stof_log(STOF_LOG_DEBUG, "encoder: workspace for %lld tokens, %d sequences: %.1f MiB",
              (long long)tokens, batch, (double)total / (1 << 20));
     return STOF_OK;
@@ -257,18 +325,20 @@ static stof_status ws_reserve(stof_model *m, int B, int L)
 /* ---------------------------------------------------------------- inputs */
 
 /*
- * cu_seqlens, and the packed ids, types and positions of host tensors, go up
- * in one copy; ids or types in device memory are packed there. Layout of
- * g->in for this forward: cu [B + 1] | ids [T] | types [T] | positions [T],
- * each part starting on 16 bytes.
+ * cu_seqlens, the lengths, and the packed ids, types and positions of host
+ * tensors go up in one copy; ids or types in device memory are packed there.
+ * Layout of g->in for this forward: cu [B + 1] | lens [B] | ids [Tb] |
+ * types [Tb] | positions [Tb], each part starting on 16 bytes; rows past T
+ * hold token 0, type 0 at position 0.
  */
-static stof_status upload_inputs(stof_model *m, const enc_request *r, dev_inputs *in)
+static stof_status upload_inputs(stof_model *m, const enc_request *r, int64_t rows, dev_inputs *in)
 {
     enc_gpu *g = m->gpu;
     int B = r->batch;
     int64_t T = r->tokens;
-    int64_t o_ids = align4(B + 1), o_types = o_ids + align4(T), o_pos = o_types + align4(T);
-    int64_t end = o_pos + T;
+    int64_t o_lens = align4(B + 1), o_ids = o_lens + align4(B), o_types = o_ids + align4(rows),
+            o_pos = o_types + align4(rows);
+    int64_t end = o_pos + rows;
     if (end > g->stage_cap) {
         free(g->stage);
         g->stage = NULL;
@@ -278,6 +348,7 @@ static stof_status upload_inputs(stof_model *m, const enc_request *r, dev_inputs
     }
     int32_t *st = g->stage;
     memcpy(st, r->cu_seqlens, (size_t)(B + 1) * sizeof(int32_t));
+    memcpy(st + o_lens, r->lengths, (size_t)B * sizeof(int32_t));
     bool host_ids = r->ids->memory == STOF_MEM_HOST;
     bool host_types = r->types && r->types->memory == STOF_MEM_HOST;
     for (int b = 0; b < B; b++) {
@@ -288,10 +359,14 @@ static stof_status upload_inputs(stof_model *m, const enc_request *r, dev_inputs
             st[o_pos + t0 + i] = i;
         }
     }
+    for (int64_t t = T; t < rows; t++)
+        st[o_ids + t] = st[o_types + t] = st[o_pos + t] = 0;
     in->cu = g->in;
+    in->lens = g->in + o_lens;
     in->ids = g->in + o_ids;
     in->types = r->types ? g->in + o_types : NULL;
     in->pos = g->in + o_pos;
+    in->rows = rows;
     /* A pageable source is staged before cudaMemcpyAsync returns: the stage can be reused. */
     STOF_CUDA_TRY(cudaMemcpyAsync(g->in, st, (size_t)end * sizeof(int32_t), cudaMemcpyHostToDevice,
                                   (cudaStream_t)m->ctx->stream));
@@ -353,61 +428,297 @@ static stof_status check_device_tokens(stof_model *m, const enc_request *r, cons
     return STOF_OK;
 }
 
+/* Compile parameters of a forward's mask with host lengths (lengths must
+ * outlive the params). */
+static stof_mask_params mask_params(const stof_model *m, int batch, int len,
+                                    stof_tensor *lengths)
+{
+    stof_mask_params p = stof_mask_default_params();
+    p.batch = batch;
+    p.heads = m->info.heads;
+    p.len_q = len;
+    p.len_k = len;
+    p.lengths_q = lengths;
+    p.head_dim = m->info.head_dim;
+    return p;
+}
+
 /* The forward's mask (every pair when it names none) for these lengths. */
 static stof_status compile_mask(stof_model *m, const enc_request *r, stof_mask **out)
 {
     int64_t n = r->batch;
     stof_tensor lengths = stof_tensor_make((void *)r->lengths, STOF_I32, STOF_MEM_HOST, 1, &n);
-    stof_mask_params p = stof_mask_default_params();
-    p.batch = r->batch;
-    p.heads = m->info.heads;
-    p.len_q = r->len;
-    p.len_k = r->len;
-    p.lengths_q = &lengths;
+    stof_mask_params p = mask_params(m, r->batch, r->len, &lengths);
     return stof_mask_compile(m->ctx, r->mask ? r->mask : m->gpu->full, &p, out);
 }
 
-/* ---------------------------------------------------------------- fusion rules */
+stof_status enc_gpu_mask_tiles(stof_model *m, int batch, int len, const int32_t *host_lengths,
+                               const stof_mask_spec *mask, int *tile_m, int *tile_n)
+{
+    int64_t n = batch;
+    stof_tensor lengths = stof_tensor_make((void *)host_lengths, STOF_I32, STOF_MEM_HOST, 1, &n);
+    stof_mask_params p = mask_params(m, batch, len, &lengths);
+    return stof_mask_choose_tiles(m->ctx, mask ? mask : m->gpu->full, &p, tile_m, tile_n);
+}
 
-static fuse_choice lt_choice(void)
+/* The same mask, reusable, reading the lengths from the device inputs (a graph
+ * rebuilds it for every forward). Its tile shape is the one the host lengths
+ * give, so that a plan's attention configuration fits both. */
+static stof_status compile_reusable_mask(stof_model *m, const enc_request *r, const dev_inputs *in,
+                                         stof_mask **out)
+{
+    int tm = 0, tn = 0;
+    STOF_TRY(enc_gpu_mask_tiles(m, r->batch, r->len, r->lengths, r->mask, &tm, &tn));
+    int64_t n = r->batch;
+    stof_tensor lengths = stof_tensor_make(in->lens, STOF_I32, STOF_MEM_DEVICE, 1, &n);
+    stof_mask_params p = mask_params(m, r->batch, r->len, &lengths);
+    p.tile_m = tm;
+    p.tile_n = tn;
+    p.builder = STOF_BUILDER_GPU;
+    p.reusable = 1;
+    return stof_mask_compile(m->ctx, r->mask ? r->mask : m->gpu->full, &p, out);
+}
+
+/* ---------------------------------------------------------------- plans */
+
+static fuse_choice lt_choice(int algo)
 {
     fuse_choice c;
     memset(&c, 0, sizeof c);
     c.path = FUSE_PATH_CUBLASLT;
+    c.lt_algo = algo;
     return c;
 }
 
-static layer_plan plan_layers(void)
+/* The rule-based plan: cuBLASLt everywhere, the selector for attention. */
+static layer_plan plan_rules(void)
 {
     layer_plan p;
     memset(&p, 0, sizeof p);
-    p.qkv = p.out = p.ffn1 = p.ffn2 = lt_choice();
+    p.qkv = p.out = p.ffn1 = p.ffn2 = lt_choice(0);
     p.use_chain = false;
+    p.attn.kernel = STOF_ATTN_AUTO;
     return p;
 }
 
-static void describe_plan(const layer_plan *p, int64_t T)
+static fuse_choice choice_from_seg(const tune_seg *t, fuse_tpl tpl)
+{
+    if (t->path == 0) return lt_choice(t->algo);
+    fuse_choice c;
+    memset(&c, 0, sizeof c);
+    c.path = FUSE_PATH_STOF;
+    c.config.tpl = tpl;
+    c.config.block_m = t->block_m;
+    c.config.block_n = t->block_n;
+    c.config.block_k = t->block_k;
+    c.config.warps_m = t->warps_m;
+    c.config.warps_n = t->warps_n;
+    c.config.stages = t->stages;
+    return c;
+}
+
+/* A tuned plan as the layers run it. */
+static layer_plan plan_from_tune(const tune_plan *t)
+{
+    layer_plan p = plan_rules();
+    p.qkv = choice_from_seg(&t->seg[TUNE_SEG_QKV], FUSE_TPL_GEMM_BIAS_ACT);
+    p.out = choice_from_seg(&t->seg[TUNE_SEG_OUT], FUSE_TPL_GEMM_RES_LN);
+    p.use_chain = t->ffn_chain != 0;
+    if (p.use_chain) {
+        p.chain = choice_from_seg(&t->seg[TUNE_SEG_FFN1], FUSE_TPL_FFN_CHAIN);
+    } else {
+        p.ffn1 = choice_from_seg(&t->seg[TUNE_SEG_FFN1], FUSE_TPL_GEMM_BIAS_ACT);
+        p.ffn2 = choice_from_seg(&t->seg[TUNE_SEG_FFN2], FUSE_TPL_GEMM_RES_LN);
+    }
+    p.attn.kernel = (stof_attn_kernel)t->attn_kernel;
+    p.attn.warps = t->attn_warps;
+    p.attn.block_m = t->attn_block_m;
+    return p;
+}
+
+static bool plan_equal(const layer_plan *a, const layer_plan *b)
+{
+    return memcmp(a, b, sizeof *a) == 0; /* both built from zeroed memory */
+}
+
+static void describe_choice(const fuse_choice *c, char *out, size_t cap)
+{
+    if (c->path == FUSE_PATH_STOF)
+        fuse_config_format(&c->config, out, cap);
+    else
+        snprintf(out, cap, "cublaslt#%d", c->lt_algo);
+}
+
+static void describe_plan(const layer_plan *p, int64_t T, const char *source)
 {
     char a[96], b[96], c[96], d[96];
-    const fuse_choice *ch[4] = {&p->qkv, &p->out, p->use_chain ? &p->chain : &p->ffn1, &p->ffn2};
-    char *out[4] = {a, b, c, d};
-    for (int i = 0; i < 4; i++) {
-        if (ch[i]->path == FUSE_PATH_STOF)
-            fuse_config_format(&ch[i]->config, out[i], 96);
-        else
-            snprintf(out[i], 96, "cublaslt");
+    describe_choice(&p->qkv, a, sizeof a);
+    describe_choice(&p->out, b, sizeof b);
+    describe_choice(p->use_chain ? &p->chain : &p->ffn1, c, sizeof c);
+    describe_choice(&p->ffn2, d, sizeof d);
+    stof_log(STOF_LOG_DEBUG, "encoder: %lld rows, %s plan: qkv %s | out-proj %s | ffn %s%s%s",
+             (long long)T, source, a, b, c, p->use_chain ? "" : " + ", p->use_chain ? "" : d);
+}
+
+/* The mask's canonical text into a heap string ("full" for none); NULL when the
+ * text does not describe it (dense parts, per-head layouts). */
+static char *mask_text(const enc_gpu *g, const enc_request *r)
+{
+    const stof_mask_spec *spec = r->mask ? r->mask : g->full;
+    if (!stof_mask_spec_textual(spec)) return NULL;
+    size_t need = 0;
+    if (stof_mask_spec_format(spec, NULL, 0, &need) != STOF_OK || need == 0) {
+        stof_clear_error();
+        return NULL;
     }
-    stof_log(STOF_LOG_DEBUG, "encoder: T=%lld qkv %s | out-proj %s | ffn %s%s%s", (long long)T, a,
-             b, c, p->use_chain ? "" : " + ", p->use_chain ? "" : d);
+    char *text = malloc(need);
+    if (text && stof_mask_spec_format(spec, text, need, NULL) != STOF_OK) {
+        stof_clear_error();
+        free(text);
+        text = NULL;
+    }
+    return text;
+}
+
+stof_status enc_gpu_tune_key(stof_model *m, int batch, int len, int64_t tokens,
+                             const stof_mask_spec *mask, tune_key *key)
+{
+    const stof_ctx *ctx = m->ctx;
+    const stof_model_info *info = &m->info;
+    memset(key, 0, sizeof *key);
+    size_t name_len = strnlen(ctx->device_name, sizeof key->gpu - 1);
+    memcpy(key->gpu, ctx->device_name, name_len); /* key is zeroed: stays terminated */
+    key->sm_count = ctx->sm_count;
+    key->cc = ctx->cc_major * 10 + ctx->cc_minor;
+    snprintf(key->version, sizeof key->version, "%s", stof_version());
+    key->hidden = info->hidden;
+    key->layers = info->layers;
+    key->heads = info->heads;
+    key->intermediate = info->intermediate;
+    key->dtype = (int)info->dtype;
+    key->batch = batch;
+    key->len = len;
+    key->token_bucket = tune_token_bucket(tokens);
+    const stof_mask_spec *spec = mask ? mask : m->gpu->full;
+    char text[4096];
+    size_t need = 0;
+    STOF_TRY(stof_mask_spec_format(spec, text, sizeof text, &need));
+    if (need > sizeof text) {
+        char *big = malloc(need);
+        STOF_REQUIRE(big, STOF_ERR_OOM, "out of host memory formatting a mask spec");
+        stof_status st = stof_mask_spec_format(spec, big, need, NULL);
+        if (st == STOF_OK) tune_mask_signature(big, key->mask, sizeof key->mask);
+        free(big);
+        return st;
+    }
+    tune_mask_signature(mask ? text : NULL, key->mask, sizeof key->mask);
+    return STOF_OK;
+}
+
+/* The tuned plan of this forward's bucket when the cache has one. A cache that
+ * cannot be read is a warning (once), never an error of the forward. */
+static bool plan_lookup(stof_model *m, const enc_request *r, tune_plan *out)
+{
+    enc_gpu *g = m->gpu;
+    tune_key key;
+    if (enc_gpu_tune_key(m, r->batch, r->len, r->tokens, r->mask, &key) != STOF_OK) {
+        stof_clear_error();
+        return false;
+    }
+    for (int i = 0; i < ENC_PLANS; i++) {
+        enc_plan_memo *e = &g->memo[i];
+        if (e->used && tune_key_equal(&e->key, &key)) {
+            if (e->found) *out = e->plan;
+            return e->found;
+        }
+    }
+    if (g->cache_off) return false;
+    if (!g->cache_loaded) {
+        g->cache_loaded = true;
+        char path[sizeof g->cache_path];
+        if (enc_gpu_tune_cache_path(g, path, sizeof path) != STOF_OK ||
+            tune_cache_load(path, stof_version(), &g->cache) != STOF_OK) {
+            stof_log(STOF_LOG_WARN, "tuning cache not used: %s", stof_last_error());
+            stof_clear_error();
+            g->cache_off = true;
+            return false;
+        }
+    }
+    enc_plan_memo *e = &g->memo[g->memo_next];
+    g->memo_next = (g->memo_next + 1) % ENC_PLANS;
+    e->used = true;
+    e->key = key;
+    e->found = g->cache && tune_cache_find(g->cache, &key, &e->plan);
+    if (e->found) *out = e->plan;
+    return e->found;
+}
+
+stof_status enc_gpu_tune_cache_path(const enc_gpu *g, char *buf, size_t cap)
+{
+    return tune_cache_path(g->cache_path[0] ? g->cache_path : NULL, buf, cap);
+}
+
+void enc_gpu_remember_plan(enc_gpu *g, const tune_key *key, const tune_plan *plan)
+{
+    enc_plan_memo *e = NULL;
+    for (int i = 0; i < ENC_PLANS && !e; i++)
+        if (g->memo[i].used && tune_key_equal(&g->memo[i].key, key)) e = &g->memo[i];
+    if (!e) {
+        e = &g->memo[g->memo_next];
+        g->memo_next = (g->memo_next + 1) % ENC_PLANS;
+    }
+    e->used = true;
+    e->found = true;
+    e->key = *key;
+    e->plan = *plan;
+}
+
+void enc_gpu_set_tune_cache(enc_gpu *g, const char *path, bool off)
+{
+    tune_cache_free(g->cache);
+    g->cache = NULL;
+    g->cache_loaded = false;
+    g->cache_off = off;
+    g->cache_path[0] = '\0';
+    if (path && strlen(path) >= sizeof g->cache_path) {
+        stof_log(STOF_LOG_WARN, "tuning cache not used: its path is %zu bytes long (at most %zu)",
+                 strlen(path), sizeof g->cache_path - 1);
+        g->cache_off = true;
+    } else if (path) {
+        size_t n = strnlen(path, sizeof g->cache_path - 1);
+        memcpy(g->cache_path, path, n);
+        g->cache_path[n] = '\0';
+    }
+    memset(g->memo, 0, sizeof g->memo);
+    g->memo_next = 0;
+}
+
+/* The plan of one forward: the request's own, the tuning cache's, or the rules. */
+static layer_plan plan_for(stof_model *m, const enc_request *r, int64_t rows)
+{
+    tune_plan t;
+    const char *source = "rule-based";
+    layer_plan p;
+    if (r->plan) {
+        p = plan_from_tune(r->plan);
+        source = "requested";
+    } else if (plan_lookup(m, r, &t)) {
+        p = plan_from_tune(&t);
+        source = "tuned";
+    } else {
+        p = plan_rules();
+    }
+    describe_plan(&p, rows, source);
+    return p;
 }
 
 /* ---------------------------------------------------------------- layers */
 
 static stof_status attention(stof_model *m, const enc_request *r, const dev_inputs *in,
-                             stof_mask *mask)
+                             const layer_plan *p, stof_mask *mask)
 {
     enc_gpu *g = m->gpu;
-    int64_t T = r->tokens, H = m->info.hidden, heads = m->info.heads, D = m->info.head_dim;
+    int64_t T = in->rows, H = m->info.hidden, heads = m->info.heads, D = m->info.head_dim;
     int64_t shape[3] = {T, heads, D};
     stof_tensor q = stof_tensor_make(g->qkv, g->dtype, STOF_MEM_DEVICE, 3, shape);
     q.stride[0] = 3 * H; /* rows of the fused QKV output: q | k | v */
@@ -418,7 +729,8 @@ static stof_status attention(stof_model *m, const enc_request *r, const dev_inpu
     int64_t ncu = r->batch + 1;
     stof_tensor cu = stof_tensor_make(in->cu, STOF_I32, STOF_MEM_DEVICE, 1, &ncu);
     stof_attn_params ap = stof_attn_default_params();
-    return stof_attention(m->ctx, &ap, &q, &k, &v, mask, &cu, &cu, &out);
+    const stof_attn_choice *choice = p->attn.kernel == STOF_ATTN_AUTO ? NULL : &p->attn;
+    return attn_attention_with(m->ctx, &ap, choice, &q, &k, &v, mask, &cu, &cu, &out);
 }
 
 static stof_status ffn(stof_model *m, const gpu_layer *w, const layer_plan *p, int64_t T)
@@ -480,7 +792,7 @@ static stof_status layer(stof_model *m, const gpu_layer *w, const layer_plan *p,
 {
     enc_gpu *g = m->gpu;
     const bert_config *c = &m->w.config;
-    int64_t T = r->tokens;
+    int64_t T = in->rows;
     int H = c->hidden_size;
     fuse_linear_args a;
     memset(&a, 0, sizeof a);
@@ -494,7 +806,7 @@ static stof_status layer(stof_model *m, const gpu_layer *w, const layer_plan *p,
     a.act = FUSE_ACT_NONE;
     a.y = g->qkv;
     STOF_TRY(fuse_linear_act(m->ctx, &p->qkv, &a, g->lt));
-    STOF_TRY(attention(m, r, in, mask));
+    STOF_TRY(attention(m, r, in, p, mask));
     memset(&a, 0, sizeof a);
     a.dtype = g->dtype;
     a.m = T;
@@ -513,16 +825,124 @@ static stof_status layer(stof_model *m, const gpu_layer *w, const layer_plan *p,
 }
 
 static stof_status run_layers(stof_model *m, const enc_request *r, const dev_inputs *in,
-                              stof_mask *mask)
+                              const layer_plan *p, stof_mask *mask)
 {
     enc_gpu *g = m->gpu;
     const bert_config *c = &m->w.config;
     STOF_TRY(
-        fuse_embeddings(m->ctx, g->dtype, &g->emb, in->ids, in->pos, in->types, r->tokens, g->x));
-    layer_plan p = plan_layers();
-    describe_plan(&p, r->tokens);
+        fuse_embeddings(m->ctx, g->dtype, &g->emb, in->ids, in->pos, in->types, in->rows, g->x));
     for (int l = 0; l < c->num_hidden_layers; l++)
-        STOF_TRY(layer(m, &g->layers[l], &p, r, in, mask));
+        STOF_TRY(layer(m, &g->layers[l], p, r, in, mask));
+    return STOF_OK;
+}
+
+/* ---------------------------------------------------------------- graphs */
+
+static enc_graph *graph_find(enc_gpu *g, const enc_request *r, int64_t rows, const char *text,
+                             const layer_plan *p)
+{
+    for (int i = 0; i < ENC_GRAPHS; i++) {
+        enc_graph *e = &g->graphs[i];
+        if (e->used && e->batch == r->batch && e->len == r->len && e->rows == rows &&
+            e->has_types == (r->types != NULL) && strcmp(e->mask_text, text) == 0 &&
+            plan_equal(&e->plan, p))
+            return e;
+    }
+    return NULL;
+}
+
+/* A free slot, or the least recently used one emptied. */
+static enc_graph *graph_slot(enc_gpu *g)
+{
+    enc_graph *lru = &g->graphs[0];
+    for (int i = 0; i < ENC_GRAPHS; i++) {
+        if (!g->graphs[i].used) return &g->graphs[i];
+        if (g->graphs[i].last_use < lru->last_use) lru = &g->graphs[i];
+    }
+    graph_release(lru);
+    return lru;
+}
+
+/* Captures the mask rebuild and every layer of this bucket into e->exec; on
+ * failure e->failed and the error is cleared (the bucket runs kernel by kernel). */
+static void graph_capture(stof_model *m, const enc_request *r, const dev_inputs *in, enc_graph *e)
+{
+    enc_gpu *g = m->gpu;
+    stof_ctx *ctx = m->ctx;
+    stof_status st = compile_reusable_mask(m, r, in, &e->mask);
+    if (st == STOF_OK) st = attn_blockwise_prepare();
+    /* Captured on a stream of the model's own, whatever the ctx's stream is (the
+     * legacy default stream, as torch's usually is, cannot be captured); the
+     * graph is launched on the ctx's stream. Capture runs nothing. */
+    if (st == STOF_OK && !g->capture_stream) {
+        cudaStream_t cs = NULL;
+        st = STOF_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+        g->capture_stream = cs;
+    }
+    cudaGraph_t graph = NULL;
+    void *user_stream = ctx->stream;
+    cudaStream_t s = (cudaStream_t)g->capture_stream;
+    if (st == STOF_OK) st = STOF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    if (st == STOF_OK) {
+        ctx->stream = s;
+        st = stof_mask_rebuild(e->mask);
+        if (st == STOF_OK) st = run_layers(m, r, in, &e->plan, e->mask);
+        ctx->stream = user_stream;
+        stof_status end = STOF_CUDA(cudaStreamEndCapture(s, &graph));
+        if (st == STOF_OK) st = end;
+    }
+    if (st == STOF_OK) st = STOF_CUDA(cudaGraphInstantiate(&e->exec, graph, 0));
+    if (graph) cudaGraphDestroy(graph);
+    if (st != STOF_OK) {
+        stof_log(STOF_LOG_DEBUG, "encoder: bucket (%d, %d, %lld rows) runs without a graph: %s",
+                 r->batch, r->len, (long long)e->rows, stof_last_error());
+        stof_clear_error();
+        (void)cudaGetLastError();
+        if (e->exec) cudaGraphExecDestroy(e->exec);
+        e->exec = NULL;
+        stof_mask_destroy(e->mask);
+        e->mask = NULL;
+        e->failed = true;
+    }
+}
+
+/* Runs the layers from this bucket's graph when it has (or now gets) one;
+ * *done false: run them kernel by kernel. */
+static stof_status graph_run(stof_model *m, const enc_request *r, const dev_inputs *in,
+                             const layer_plan *p, bool *done)
+{
+    enc_gpu *g = m->gpu;
+    *done = false;
+    cudaStream_t s = (cudaStream_t)m->ctx->stream;
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (r->eager || cudaStreamIsCapturing(s, &cs) != cudaSuccess ||
+        cs != cudaStreamCaptureStatusNone) {
+        (void)cudaGetLastError();
+        return STOF_OK;
+    }
+    char *text = mask_text(g, r);
+    if (!text) return STOF_OK;
+    enc_graph *e = graph_find(g, r, in->rows, text, p);
+    if (!e) { /* first sight of the bucket: remember it, run kernel by kernel */
+        e = graph_slot(g);
+        e->used = true;
+        e->batch = r->batch;
+        e->len = r->len;
+        e->rows = in->rows;
+        e->has_types = r->types != NULL;
+        e->mask_text = text;
+        e->plan = *p;
+        e->last_use = ++g->clock;
+        return STOF_OK;
+    }
+    free(text);
+    e->last_use = ++g->clock;
+    if (e->failed) return STOF_OK;
+    if (!e->exec) graph_capture(m, r, in, e);
+    if (!e->exec) return STOF_OK;
+    STOF_CUDA_TRY(cudaGraphLaunch(e->exec, s));
+    e->runs++;
+    *done = true;
     return STOF_OK;
 }
 
@@ -588,13 +1008,67 @@ stof_status enc_gpu_forward(stof_model *m, const enc_request *r)
                  "batch %d: the GPU encoder takes at most 65535 sequences", r->batch);
     if (r->tokens == 0) return write_empty(m, r);
     STOF_TRY(ws_reserve(m, r->batch, r->len));
+    int64_t rows = tune_token_bucket(r->tokens);
+    if (rows > (int64_t)r->batch * r->len) rows = (int64_t)r->batch * r->len;
     dev_inputs in;
-    STOF_TRY(upload_inputs(m, r, &in));
+    STOF_TRY(upload_inputs(m, r, rows, &in));
     STOF_TRY(check_device_tokens(m, r, &in));
-    stof_mask *mask = NULL;
-    STOF_TRY(compile_mask(m, r, &mask));
-    stof_status st = run_layers(m, r, &in, mask);
-    if (st == STOF_OK) st = write_outputs(m, r, &in);
-    stof_mask_destroy(mask);
-    return st;
+    layer_plan p = plan_for(m, r, rows);
+    bool done = false;
+    STOF_TRY(graph_run(m, r, &in, &p, &done));
+    if (!done) {
+        stof_mask *mask = NULL;
+        STOF_TRY(compile_mask(m, r, &mask));
+        stof_status st = run_layers(m, r, &in, &p, mask);
+        stof_mask_destroy(mask);
+        STOF_TRY(st);
+    }
+    return write_outputs(m, r, &in);
+}
+
+stof_status enc_gpu_lt_algos(stof_model *m, int seg, int64_t rows, int *count)
+{
+    enc_gpu *g = m->gpu;
+    const bert_config *c = &m->w.config;
+    STOF_REQUIRE(g->ws && rows <= g->cap_tokens, STOF_ERR_INVALID_ARG,
+                 "enc_gpu_lt_algos: no workspace for %lld rows yet", (long long)rows);
+    const gpu_layer *w = &g->layers[0];
+    int H = c->hidden_size, I = c->intermediate_size;
+    fuse_linear_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = g->dtype;
+    a.m = rows;
+    fuse_act act = FUSE_ACT_NONE;
+    const void *residual = NULL;
+    switch (seg) {
+    case TUNE_SEG_QKV:
+        a.n = 3 * H, a.k = H, a.x = g->x, a.w = w->qkv_w, a.bias = w->qkv_b, a.y = g->qkv;
+        break;
+    case TUNE_SEG_OUT:
+        a.n = H, a.k = H, a.x = g->attn, a.w = w->o_w, a.bias = w->o_b, a.y = g->x;
+        residual = g->x;
+        break;
+    case TUNE_SEG_FFN1:
+        a.n = I, a.k = H, a.x = g->x, a.w = w->i_w, a.bias = w->i_b, a.y = g->inter;
+        act = (fuse_act)c->hidden_act;
+        if (act == FUSE_ACT_GELU) { /* the GEMM runs plain, GELU in a row kernel */
+            act = FUSE_ACT_NONE;
+            a.bias = NULL;
+        }
+        break;
+    case TUNE_SEG_FFN2:
+        a.n = H, a.k = I, a.x = g->inter, a.w = w->f_w, a.bias = w->f_b, a.y = g->x;
+        residual = g->x;
+        break;
+    default: return stof_error(STOF_ERR_INVALID_ARG, "enc_gpu_lt_algos: segment %d", seg);
+    }
+    return fuse_lt_algo_count(m->ctx, &a, act, residual, g->lt, count);
+}
+
+int enc_gpu_graphs_captured(const enc_gpu *g)
+{
+    int n = 0;
+    for (int i = 0; g && i < ENC_GRAPHS; i++)
+        n += g->graphs[i].exec != NULL;
+    return n;
 }

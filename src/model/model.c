@@ -86,6 +86,8 @@ stof_status stof_model_load(stof_ctx *ctx, const char *dir, const stof_model_par
     if (st == STOF_OK) {
         fill_info(m, dtype);
         if (ctx->device == STOF_DEVICE_GPU) st = enc_gpu_create(m);
+        if (st == STOF_OK && m->gpu)
+            enc_gpu_set_tune_cache(m->gpu, p.tune_cache, p.tune_cache_off != 0);
     }
     if (st != STOF_OK) {
         stof_model_destroy(m);
@@ -277,8 +279,22 @@ static stof_status check_forward(stof_model *m, const stof_forward_params *p,
     r->types = types;
     r->hidden = hidden;
     r->pooled = pooled;
+    r->eager = p->eager != 0;
     STOF_TRY(read_lengths(m, lengths, B, L, r));
     return check_token_values(m, r);
+}
+
+stof_status enc_forward_plan(stof_model *model, const stof_forward_params *params,
+                             const stof_tensor *ids, const stof_tensor *lengths,
+                             const stof_tensor *token_types, stof_tensor *hidden_out,
+                             stof_tensor *pooled_out, const struct tune_plan *plan)
+{
+    STOF_REQUIRE(model, STOF_ERR_INVALID_ARG, "stof_model_forward: model is NULL");
+    stof_forward_params p = params ? *params : stof_forward_default_params();
+    enc_request r;
+    STOF_TRY(check_forward(model, &p, ids, lengths, token_types, hidden_out, pooled_out, &r));
+    r.plan = plan;
+    return on_gpu(model) ? enc_gpu_forward(model, &r) : enc_cpu_forward(model, &r);
 }
 
 stof_status stof_model_forward(stof_model *model, const stof_forward_params *params,
@@ -286,9 +302,6 @@ stof_status stof_model_forward(stof_model *model, const stof_forward_params *par
                                const stof_tensor *token_types, stof_tensor *hidden_out,
                                stof_tensor *pooled_out)
 {
-    STOF_REQUIRE(model, STOF_ERR_INVALID_ARG, "stof_model_forward: model is NULL");
-    stof_forward_params p = params ? *params : stof_forward_default_params();
-    enc_request r;
-    STOF_TRY(check_forward(model, &p, ids, lengths, token_types, hidden_out, pooled_out, &r));
-    return on_gpu(model) ? enc_gpu_forward(model, &r) : enc_cpu_forward(model, &r);
+    return enc_forward_plan(model, params, ids, lengths, token_types, hidden_out, pooled_out,
+                            NULL);
 }
