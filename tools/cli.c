@@ -140,3 +140,18 @@ int64_t cli_fill_inputs(int batch, int seq, unsigned seed, bool have_lengths, in
     }
     return tokens;
 }
+
+bool cli_check_lengths(const cli_args *a, const int32_t *lengths, int n, int batch, int seq)
+{
+    if (n && n != batch) {
+        fprintf(stderr, "stof %s: --lengths has %d values but --batch is %d\n", a->cmd, n, batch);
+        return false;
+    }
+    for (int b = 0; b < n; b++)
+        if (lengths[b] > seq) {
+            fprintf(stderr, "stof %s: --lengths: %d is longer than --seq %d\n", a->cmd, lengths[b],
+                    seq);
+            return false;
+        }
+    return true;
+}

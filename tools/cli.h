@@ -28,6 +28,8 @@ bool cli_int(const cli_args *a, const char *opt, const char *text, long lo, long
 /* Comma-separated ints in [lo, hi]; at most cap of them. */
 bool cli_int_list(const cli_args *a, const char *opt, const char *text, long lo, long hi,
                   int32_t *out, int cap, int *n);
+/* --lengths given (n > 0): n must equal --batch and each length fit --seq. */
+bool cli_check_lengths(const cli_args *a, const int32_t *lengths, int n, int batch, int seq);
 bool cli_device(const cli_args *a, const char *text, stof_device *out);
 bool cli_dtype(const cli_args *a, const char *text, stof_dtype *out);
 

@@ -71,18 +71,7 @@ static bool parse_demo(cli_args *a, demo_opts *o)
         }
         if (!ok) return false;
     }
-    if (o->nlen && o->nlen != o->batch) {
-        fprintf(stderr, "stof demo: --lengths has %d values but --batch is %d\n", o->nlen,
-                o->batch);
-        return false;
-    }
-    for (int b = 0; b < o->nlen; b++)
-        if (o->lengths[b] > o->seq) {
-            fprintf(stderr, "stof demo: --lengths: %d is longer than --seq %d\n", o->lengths[b],
-                    o->seq);
-            return false;
-        }
-    return true;
+    return cli_check_lengths(a, o->lengths, o->nlen, o->batch, o->seq);
 }
 
 /* Deterministic uniform values in [-1, 1), rounded to dtype and stored. */

@@ -84,18 +84,7 @@ static bool parse_tune(cli_args *a, tune_opts *o)
         fprintf(stderr, "stof tune: --model DIR is required\n");
         return false;
     }
-    if (o->nlen && o->nlen != o->batch) {
-        fprintf(stderr, "stof tune: --lengths has %d values but --batch is %d\n", o->nlen,
-                o->batch);
-        return false;
-    }
-    for (int b = 0; b < o->nlen; b++)
-        if (o->lengths[b] > o->seq) {
-            fprintf(stderr, "stof tune: --lengths: %d is longer than --seq %d\n", o->lengths[b],
-                    o->seq);
-            return false;
-        }
-    return true;
+    return cli_check_lengths(a, o->lengths, o->nlen, o->batch, o->seq);
 }
 
 /* A one-line bar redrawn in place: [#####.....] done/total stage. */

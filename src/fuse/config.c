@@ -78,7 +78,7 @@ bool fuse_chain_hidden_ok(int hidden)
 #undef HIDDEN_IS
 }
 
-static bool same_config(const fuse_config *a, const fuse_config *b)
+bool fuse_config_equal(const fuse_config *a, const fuse_config *b)
 {
     return a->tpl == b->tpl && a->block_m == b->block_m && a->block_n == b->block_n &&
            a->block_k == b->block_k && a->warps_m == b->warps_m && a->warps_n == b->warps_n &&
@@ -130,7 +130,7 @@ stof_status fuse_config_check(const fuse_config *c)
     int n = 0;
     const fuse_config *list = fuse_config_list(c->tpl, &n);
     for (int i = 0; i < n; i++)
-        if (same_config(&list[i], c)) return STOF_OK;
+        if (fuse_config_equal(&list[i], c)) return STOF_OK;
     char name[96];
     fuse_config_format(c, name, sizeof name);
     return stof_error(STOF_ERR_INVALID_ARG,

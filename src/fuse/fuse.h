@@ -76,6 +76,8 @@ typedef struct fuse_config {
 
 /* The instantiated configs of a template (a tuner enumerates these). */
 const fuse_config *fuse_config_list(fuse_tpl tpl, int *count);
+/* Same template and every tile field equal. */
+bool fuse_config_equal(const fuse_config *a, const fuse_config *b);
 /* OK when c names an instantiated kernel; else INVALID_ARG naming the bad field. */
 stof_status fuse_config_check(const fuse_config *c);
 /* True for the hidden sizes FFN_CHAIN is instantiated for (384, 768, 1024). */

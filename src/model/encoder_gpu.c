@@ -560,28 +560,25 @@ static void describe_plan(const layer_plan *p, int64_t T, const char *source)
              (long long)T, source, a, b, c, p->use_chain ? "" : " + ", p->use_chain ? "" : d);
 }
 
-/* The mask's canonical text into a heap string ("full" for none); NULL when the
- * text does not describe it (dense parts, per-head layouts). */
-static char *mask_text(const enc_gpu *g, const enc_request *r)
+/* Canonical text of a forward's mask (the model's "full" when it names none),
+ * on the heap; NULL (error cleared) when it cannot be formatted. One per
+ * forward: the tuning key and the graph bucket both read it. */
+static char *format_mask(const enc_gpu *g, const stof_mask_spec *mask)
 {
-    const stof_mask_spec *spec = r->mask ? r->mask : g->full;
-    if (!stof_mask_spec_textual(spec)) return NULL;
+    const stof_mask_spec *spec = mask ? mask : g->full;
     size_t need = 0;
-    if (stof_mask_spec_format(spec, NULL, 0, &need) != STOF_OK || need == 0) {
-        stof_clear_error();
-        return NULL;
-    }
-    char *text = malloc(need);
+    char *text = NULL;
+    if (stof_mask_spec_format(spec, NULL, 0, &need) == STOF_OK && need > 0) text = malloc(need);
     if (text && stof_mask_spec_format(spec, text, need, NULL) != STOF_OK) {
-        stof_clear_error();
         free(text);
         text = NULL;
     }
+    if (!text) stof_clear_error();
     return text;
 }
 
-stof_status enc_gpu_tune_key(stof_model *m, int batch, int len, int64_t tokens,
-                             const stof_mask_spec *mask, tune_key *key)
+static void fill_key(const stof_model *m, int batch, int len, int64_t tokens, const char *text,
+                     tune_key *key)
 {
     const stof_ctx *ctx = m->ctx;
     const stof_model_info *info = &m->info;
@@ -599,32 +596,27 @@ stof_status enc_gpu_tune_key(stof_model *m, int batch, int len, int64_t tokens,
     key->batch = batch;
     key->len = len;
     key->token_bucket = tune_token_bucket(tokens);
-    const stof_mask_spec *spec = mask ? mask : m->gpu->full;
-    char text[4096];
-    size_t need = 0;
-    STOF_TRY(stof_mask_spec_format(spec, text, sizeof text, &need));
-    if (need > sizeof text) {
-        char *big = malloc(need);
-        STOF_REQUIRE(big, STOF_ERR_OOM, "out of host memory formatting a mask spec");
-        stof_status st = stof_mask_spec_format(spec, big, need, NULL);
-        if (st == STOF_OK) tune_mask_signature(big, key->mask, sizeof key->mask);
-        free(big);
-        return st;
-    }
-    tune_mask_signature(mask ? text : NULL, key->mask, sizeof key->mask);
+    tune_mask_signature(text, key->mask, sizeof key->mask);
+}
+
+stof_status enc_gpu_tune_key(stof_model *m, int batch, int len, int64_t tokens,
+                             const stof_mask_spec *mask, tune_key *key)
+{
+    char *text = format_mask(m->gpu, mask);
+    STOF_REQUIRE(text, STOF_ERR_OOM, "out of host memory formatting a mask spec");
+    fill_key(m, batch, len, tokens, text, key);
+    free(text);
     return STOF_OK;
 }
 
 /* The tuned plan of this forward's bucket when the cache has one. A cache that
  * cannot be read is a warning (once), never an error of the forward. */
-static bool plan_lookup(stof_model *m, const enc_request *r, tune_plan *out)
+static bool plan_lookup(stof_model *m, const enc_request *r, const char *text, tune_plan *out)
 {
     enc_gpu *g = m->gpu;
+    if (!text) return false;
     tune_key key;
-    if (enc_gpu_tune_key(m, r->batch, r->len, r->tokens, r->mask, &key) != STOF_OK) {
-        stof_clear_error();
-        return false;
-    }
+    fill_key(m, r->batch, r->len, r->tokens, text, &key);
     for (int i = 0; i < ENC_PLANS; i++) {
         enc_plan_memo *e = &g->memo[i];
         if (e->used && tune_key_equal(&e->key, &key)) {
@@ -694,7 +686,7 @@ void enc_gpu_set_tune_cache(enc_gpu *g, const char *path, bool off)
 }
 
 /* The plan of one forward: the request's own, the tuning cache's, or the rules. */
-static layer_plan plan_for(stof_model *m, const enc_request *r, int64_t rows)
+static layer_plan plan_for(stof_model *m, const enc_request *r, int64_t rows, const char *text)
 {
     tune_plan t;
     const char *source = "rule-based";
@@ -702,7 +694,7 @@ static layer_plan plan_for(stof_model *m, const enc_request *r, int64_t rows)
     if (r->plan) {
         p = plan_from_tune(r->plan);
         source = "requested";
-    } else if (plan_lookup(m, r, &t)) {
+    } else if (plan_lookup(m, r, text, &t)) {
         p = plan_from_tune(&t);
         source = "tuned";
     } else {
@@ -733,6 +725,38 @@ static stof_status attention(stof_model *m, const enc_request *r, const dev_inpu
     return attn_attention_with(m->ctx, &ap, choice, &q, &k, &v, mask, &cu, &cu, &out);
 }
 
+/* The linear layer of GEMM segment seg (tune_segment) of layer w on T rows:
+ * what the layers run, and what the tuner asks cuBLASLt about. */
+static fuse_linear_args segment_args(const stof_model *m, const gpu_layer *w, int seg, int64_t T)
+{
+    const enc_gpu *g = m->gpu;
+    const bert_config *c = &m->w.config;
+    int H = c->hidden_size, I = c->intermediate_size;
+    fuse_linear_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = g->dtype;
+    a.m = T;
+    a.act = FUSE_ACT_NONE;
+    switch (seg) {
+    case TUNE_SEG_QKV:
+        a.n = 3 * H, a.k = H, a.x = g->x, a.w = w->qkv_w, a.bias = w->qkv_b, a.y = g->qkv;
+        break;
+    case TUNE_SEG_OUT:
+        a.n = H, a.k = H, a.x = g->attn, a.w = w->o_w, a.bias = w->o_b, a.y = g->x;
+        a.residual = g->x, a.gamma = w->ln1_g, a.beta = w->ln1_b, a.eps = c->layer_norm_eps;
+        break;
+    case TUNE_SEG_FFN1:
+        a.n = I, a.k = H, a.x = g->x, a.w = w->i_w, a.bias = w->i_b, a.y = g->inter;
+        a.act = (fuse_act)c->hidden_act;
+        break;
+    default: /* TUNE_SEG_FFN2 */
+        a.n = H, a.k = I, a.x = g->inter, a.w = w->f_w, a.bias = w->f_b, a.y = g->x;
+        a.residual = g->x, a.gamma = w->ln2_g, a.beta = w->ln2_b, a.eps = c->layer_norm_eps;
+        break;
+    }
+    return a;
+}
+
 static stof_status ffn(stof_model *m, const gpu_layer *w, const layer_plan *p, int64_t T)
 {
     enc_gpu *g = m->gpu;
@@ -758,32 +782,9 @@ static stof_status ffn(stof_model *m, const gpu_layer *w, const layer_plan *p, i
         f.inter_buf = g->inter;
         return fuse_ffn(m->ctx, &p->chain, &f, g->lt);
     }
-    fuse_linear_args up;
-    memset(&up, 0, sizeof up);
-    up.dtype = g->dtype;
-    up.m = T;
-    up.n = c->intermediate_size;
-    up.k = c->hidden_size;
-    up.x = g->x;
-    up.w = w->i_w;
-    up.bias = w->i_b;
-    up.act = (fuse_act)c->hidden_act;
-    up.y = g->inter;
+    fuse_linear_args up = segment_args(m, w, TUNE_SEG_FFN1, T);
     STOF_TRY(fuse_linear_act(m->ctx, &p->ffn1, &up, g->lt));
-    fuse_linear_args down;
-    memset(&down, 0, sizeof down);
-    down.dtype = g->dtype;
-    down.m = T;
-    down.n = c->hidden_size;
-    down.k = c->intermediate_size;
-    down.x = g->inter;
-    down.w = w->f_w;
-    down.bias = w->f_b;
-    down.residual = g->x;
-    down.gamma = w->ln2_g;
-    down.beta = w->ln2_b;
-    down.eps = c->layer_norm_eps;
-    down.y = g->x;
+    fuse_linear_args down = segment_args(m, w, TUNE_SEG_FFN2, T);
     return fuse_linear_res_ln(m->ctx, &p->ffn2, &down, g->lt);
 }
 
@@ -791,35 +792,11 @@ static stof_status layer(stof_model *m, const gpu_layer *w, const layer_plan *p,
                          const enc_request *r, const dev_inputs *in, stof_mask *mask)
 {
     enc_gpu *g = m->gpu;
-    const bert_config *c = &m->w.config;
     int64_t T = in->rows;
-    int H = c->hidden_size;
-    fuse_linear_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = g->dtype;
-    a.m = T;
-    a.n = 3 * H;
-    a.k = H;
-    a.x = g->x;
-    a.w = w->qkv_w;
-    a.bias = w->qkv_b;
-    a.act = FUSE_ACT_NONE;
-    a.y = g->qkv;
+    fuse_linear_args a = segment_args(m, w, TUNE_SEG_QKV, T);
     STOF_TRY(fuse_linear_act(m->ctx, &p->qkv, &a, g->lt));
     STOF_TRY(attention(m, r, in, p, mask));
-    memset(&a, 0, sizeof a);
-    a.dtype = g->dtype;
-    a.m = T;
-    a.n = H;
-    a.k = H;
-    a.x = g->attn;
-    a.w = w->o_w;
-    a.bias = w->o_b;
-    a.residual = g->x;
-    a.gamma = w->ln1_g;
-    a.beta = w->ln1_b;
-    a.eps = c->layer_norm_eps;
-    a.y = g->x;
+    a = segment_args(m, w, TUNE_SEG_OUT, T);
     STOF_TRY(fuse_linear_res_ln(m->ctx, &p->out, &a, g->lt));
     return ffn(m, w, p, T);
 }
@@ -909,7 +886,7 @@ static void graph_capture(stof_model *m, const enc_request *r, const dev_inputs 
 /* Runs the layers from this bucket's graph when it has (or now gets) one;
  * *done false: run them kernel by kernel. */
 static stof_status graph_run(stof_model *m, const enc_request *r, const dev_inputs *in,
-                             const layer_plan *p, bool *done)
+                             const layer_plan *p, const char *text, bool *done)
 {
     enc_gpu *g = m->gpu;
     *done = false;
@@ -920,22 +897,24 @@ static stof_status graph_run(stof_model *m, const enc_request *r, const dev_inpu
         (void)cudaGetLastError();
         return STOF_OK;
     }
-    char *text = mask_text(g, r);
-    if (!text) return STOF_OK;
+    /* Only a mask its text describes (no dense parts, no per-head layouts) can
+     * be told apart by it. */
+    if (!text || !stof_mask_spec_textual(r->mask ? r->mask : g->full)) return STOF_OK;
     enc_graph *e = graph_find(g, r, in->rows, text, p);
     if (!e) { /* first sight of the bucket: remember it, run kernel by kernel */
+        char *copy = strdup(text);
+        if (!copy) return STOF_OK;
         e = graph_slot(g);
         e->used = true;
         e->batch = r->batch;
         e->len = r->len;
         e->rows = in->rows;
         e->has_types = r->types != NULL;
-        e->mask_text = text;
+        e->mask_text = copy;
         e->plan = *p;
         e->last_use = ++g->clock;
         return STOF_OK;
     }
-    free(text);
     e->last_use = ++g->clock;
     if (e->failed) return STOF_OK;
     if (!e->exec) graph_capture(m, r, in, e);
@@ -1013,13 +992,16 @@ stof_status enc_gpu_forward(stof_model *m, const enc_request *r)
     dev_inputs in;
     STOF_TRY(upload_inputs(m, r, rows, &in));
     STOF_TRY(check_device_tokens(m, r, &in));
-    layer_plan p = plan_for(m, r, rows);
+    char *text = format_mask(m->gpu, r->mask);
+    layer_plan p = plan_for(m, r, rows, text);
     bool done = false;
-    STOF_TRY(graph_run(m, r, &in, &p, &done));
+    stof_status st = graph_run(m, r, &in, &p, text, &done);
+    free(text);
+    STOF_TRY(st);
     if (!done) {
         stof_mask *mask = NULL;
         STOF_TRY(compile_mask(m, r, &mask));
-        stof_status st = run_layers(m, r, &in, &p, mask);
+        st = run_layers(m, r, &in, &p, mask);
         stof_mask_destroy(mask);
         STOF_TRY(st);
     }
@@ -1029,40 +1011,19 @@ stof_status enc_gpu_forward(stof_model *m, const enc_request *r)
 stof_status enc_gpu_lt_algos(stof_model *m, int seg, int64_t rows, int *count)
 {
     enc_gpu *g = m->gpu;
-    const bert_config *c = &m->w.config;
     STOF_REQUIRE(g->ws && rows <= g->cap_tokens, STOF_ERR_INVALID_ARG,
                  "enc_gpu_lt_algos: no workspace for %lld rows yet", (long long)rows);
-    const gpu_layer *w = &g->layers[0];
-    int H = c->hidden_size, I = c->intermediate_size;
-    fuse_linear_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = g->dtype;
-    a.m = rows;
-    fuse_act act = FUSE_ACT_NONE;
-    const void *residual = NULL;
-    switch (seg) {
-    case TUNE_SEG_QKV:
-        a.n = 3 * H, a.k = H, a.x = g->x, a.w = w->qkv_w, a.bias = w->qkv_b, a.y = g->qkv;
-        break;
-    case TUNE_SEG_OUT:
-        a.n = H, a.k = H, a.x = g->attn, a.w = w->o_w, a.bias = w->o_b, a.y = g->x;
-        residual = g->x;
-        break;
-    case TUNE_SEG_FFN1:
-        a.n = I, a.k = H, a.x = g->x, a.w = w->i_w, a.bias = w->i_b, a.y = g->inter;
-        act = (fuse_act)c->hidden_act;
-        if (act == FUSE_ACT_GELU) { /* the GEMM runs plain, GELU in a row kernel */
-            act = FUSE_ACT_NONE;
-            a.bias = NULL;
-        }
-        break;
-    case TUNE_SEG_FFN2:
-        a.n = H, a.k = I, a.x = g->inter, a.w = w->f_w, a.bias = w->f_b, a.y = g->x;
-        residual = g->x;
-        break;
-    default: return stof_error(STOF_ERR_INVALID_ARG, "enc_gpu_lt_algos: segment %d", seg);
+    STOF_REQUIRE(seg >= 0 && seg < TUNE_NSEG, STOF_ERR_INVALID_ARG,
+                 "enc_gpu_lt_algos: segment %d", seg);
+    /* The GEMM the cuBLASLt path of the segment runs (segments.c): exact GELU
+     * goes to a row kernel with the bias; LayerNorm segments take the residual. */
+    fuse_linear_args a = segment_args(m, &g->layers[0], seg, rows);
+    fuse_act act = a.act;
+    if (act == FUSE_ACT_GELU) {
+        act = FUSE_ACT_NONE;
+        a.bias = NULL;
     }
-    return fuse_lt_algo_count(m->ctx, &a, act, residual, g->lt, count);
+    return fuse_lt_algo_count(m->ctx, &a, act, a.residual, g->lt, count);
 }
 
 int enc_gpu_graphs_captured(const enc_gpu *g)

@@ -115,13 +115,6 @@ static tune_seg seg_lt(int algo)
     return s;
 }
 
-static bool same_config(const fuse_config *a, const fuse_config *b)
-{
-    return a->tpl == b->tpl && a->block_m == b->block_m && a->block_n == b->block_n &&
-           a->block_k == b->block_k && a->warps_m == b->warps_m && a->warps_n == b->warps_n &&
-           a->stages == b->stages;
-}
-
 /* The template's configs that fit the segment, the rule-based default first. */
 static int fitting_configs(const tuner *t, int seg, bool chain, fuse_config *out, int cap)
 {
@@ -137,7 +130,7 @@ static int fitting_configs(const tuner *t, int seg, bool chain, fuse_config *out
     int listed = 0;
     const fuse_config *list = fuse_config_list(tpl, &listed);
     for (int i = 0; i < listed && count < cap; i++) {
-        if (def.tpl != FUSE_TPL_NONE && same_config(&list[i], &def)) continue;
+        if (def.tpl != FUSE_TPL_NONE && fuse_config_equal(&list[i], &def)) continue;
         if (fuse_config_check_shape(&list[i], t->rows, n, k, smem) != STOF_OK) {
             stof_clear_error();
             continue;
