@@ -9,7 +9,8 @@
  * of enough back-to-back runs to last about half a millisecond; the median
  * sample is reported as ms per run and TFLOP/s (2 m n k per GEMM). Each
  * template's output is compared with the cuBLASLt path's in the same run for
- * token counts up to 2048 ("MISMATCH" beyond a relative 2e-2).
+ * token counts up to 2048 ("MISMATCH" beyond a relative 2e-2). QKV and FFN1
+ * also run the Hopper template (gemm_sm90) where the device has it.
  *
  * usage: bench_fuse [--quick] [--bf16]      exits 77 without a GPU
  */
@@ -200,24 +201,25 @@ static const char *cross_check(const bench_case *tpl_case, const bench_case *lt_
     return d <= 2e-2 ? "" : "  MISMATCH";
 }
 
-/* One segment: the cuBLASLt path first (the baseline), then every template
- * config (those that do not fit say why), then the default rule. */
-static void bench_segment(stof_ctx *ctx, fuse_ws ws, const char *model, const char *seg,
-                          fuse_tpl tpl, bench_case c, double flops, int64_t out_elems,
-                          int64_t tokens)
+/* Prints one timed case against the baseline (cross-checked up to 2048 tokens). */
+static void report_case(const char *model, int64_t tokens, const char *seg, const char *name,
+                        double ms, double base_ms, double flops, const char *flag)
+{
+    printf("%-10s T=%-6lld %-10s %-34s %9.4f ms %7.1f TF/s  %.2fx%s\n", model, (long long)tokens,
+           seg, name, ms, flops / ms * 1e-9, base_ms > 0 ? base_ms / ms : 0.0, flag);
+}
+
+/* Every config of tpl (those that do not fit say why), then its default
+ * rule: for the segment's own template a config left NONE, for an extra one
+ * (gemm_sm90, which runs only when named) the config the rule picks. */
+static void bench_configs(stof_ctx *ctx, bench_case c, const bench_case *lt, double base_ms,
+                          const char *model, const char *seg, fuse_tpl tpl, bool extra,
+                          double flops, int64_t out_elems, int64_t tokens)
 {
     stof_dtype dt = c.kind == SEG_FFN ? c.ffn.dtype : c.lin.dtype;
     void *out = c.kind == SEG_FFN ? c.ffn.y : c.lin.y;
     int64_t n = c.kind == SEG_FFN ? c.ffn.hidden : c.lin.n;
     int64_t k = c.kind == SEG_FFN ? c.ffn.inter : c.lin.k;
-    c.ctx = ctx;
-    c.ws = ws;
-    memset(&c.choice, 0, sizeof c.choice);
-    c.choice.path = FUSE_PATH_CUBLASLT;
-    const bench_case lt = c;
-    double base_ms = time_case(&lt);
-    printf("%-10s T=%-6lld %-10s %-34s %9.4f ms %7.1f TF/s  1.00x\n", model, (long long)tokens, seg,
-           "cublaslt + row kernels", base_ms, base_ms > 0 ? flops / base_ms * 1e-9 : 0.0);
     int count = 0;
     const fuse_config *list = fuse_config_list(tpl, &count);
     for (int i = 0; i <= count; i++) {
@@ -232,6 +234,12 @@ static void bench_segment(stof_ctx *ctx, fuse_ws ws, const char *model, const ch
                        seg, name, stof_last_error());
                 continue;
             }
+        } else if (extra) {
+            c.choice.config = fuse_config_default(tpl, tokens, (int)n, (int)k, ctx->sm_count,
+                                                  ctx->smem_per_block_optin);
+            if (c.choice.config.tpl == FUSE_TPL_NONE) continue;
+            snprintf(name, sizeof name, "%s default %dx%d", fuse_tpl_name(tpl),
+                     c.choice.config.block_m, c.choice.config.block_n);
         } else {
             memset(&c.choice.config, 0, sizeof c.choice.config);
             snprintf(name, sizeof name, "stof default rule");
@@ -239,11 +247,30 @@ static void bench_segment(stof_ctx *ctx, fuse_ws ws, const char *model, const ch
         double ms = time_case(&c);
         if (ms < 0) continue;
         const char *flag =
-            tokens <= 2048 && base_ms > 0 ? cross_check(&c, &lt, out, out_elems, dt) : "";
-        printf("%-10s T=%-6lld %-10s %-34s %9.4f ms %7.1f TF/s  %.2fx%s\n", model,
-               (long long)tokens, seg, name, ms, flops / ms * 1e-9,
-               base_ms > 0 ? base_ms / ms : 0.0, flag);
+            tokens <= 2048 && base_ms > 0 ? cross_check(&c, lt, out, out_elems, dt) : "";
+        report_case(model, tokens, seg, name, ms, base_ms, flops, flag);
     }
+}
+
+/* One segment: the cuBLASLt path first (the baseline), then every config of
+ * the segment's template and its default rule, then those of extra (NONE for
+ * none) where this device runs it. */
+static void bench_segment(stof_ctx *ctx, fuse_ws ws, const char *model, const char *seg,
+                          fuse_tpl tpl, fuse_tpl extra, bench_case c, double flops,
+                          int64_t out_elems, int64_t tokens)
+{
+    c.ctx = ctx;
+    c.ws = ws;
+    memset(&c.choice, 0, sizeof c.choice);
+    c.choice.path = FUSE_PATH_CUBLASLT;
+    const bench_case lt = c;
+    double base_ms = time_case(&lt);
+    printf("%-10s T=%-6lld %-10s %-34s %9.4f ms %7.1f TF/s  1.00x\n", model, (long long)tokens, seg,
+           "cublaslt + row kernels", base_ms, base_ms > 0 ? flops / base_ms * 1e-9 : 0.0);
+    bench_configs(ctx, c, &lt, base_ms, model, seg, tpl, false, flops, out_elems, tokens);
+    if (extra == FUSE_TPL_GEMM_SM90 && !fuse_sm90_available(ctx)) return;
+    if (extra != FUSE_TPL_NONE)
+        bench_configs(ctx, c, &lt, base_ms, model, seg, extra, true, flops, out_elems, tokens);
 }
 
 int main(int argc, char **argv)
@@ -279,6 +306,10 @@ int main(int argc, char **argv)
     fuse_ws ws = {ws_ptr, FUSE_LT_WORKSPACE_BYTES};
     printf("bench_fuse on %s (%d SMs), %s, median of 15 samples\n", ctx->device_name, ctx->sm_count,
            stof_dtype_name(dt));
+    if (!fuse_sm90_available(ctx))
+        printf("gemm_sm90 skipped: it runs on compute capability 9.0 in builds with sm_90a "
+               "kernels (this device is %d.%d)\n",
+               ctx->cc_major, ctx->cc_minor);
 
     const int64_t all_tokens[] = {128, 512, 2048, 8192, 16384};
     const int64_t quick_tokens[] = {128, 2048};
@@ -307,15 +338,15 @@ int main(int argc, char **argv)
             c.lin.bias = m->b_qkv;
             c.lin.act = FUSE_ACT_NONE;
             c.lin.y = m->y_big;
-            bench_segment(ctx, ws, m->name, "qkv", FUSE_TPL_GEMM_BIAS_ACT, c, 2.0 * T * 3 * H * H,
-                          T * 3 * H, T);
+            bench_segment(ctx, ws, m->name, "qkv", FUSE_TPL_GEMM_BIAS_ACT, FUSE_TPL_GEMM_SM90, c,
+                          2.0 * T * 3 * H * H, T * 3 * H, T);
 
             c.lin.n = (int)I;
             c.lin.w = m->w1;
             c.lin.bias = m->b1;
             c.lin.act = FUSE_ACT_GELU;
-            bench_segment(ctx, ws, m->name, "ffn1+gelu", FUSE_TPL_GEMM_BIAS_ACT, c, 2.0 * T * I * H,
-                          T * I, T);
+            bench_segment(ctx, ws, m->name, "ffn1+gelu", FUSE_TPL_GEMM_BIAS_ACT, FUSE_TPL_GEMM_SM90,
+                          c, 2.0 * T * I * H, T * I, T);
 
             c.kind = SEG_LINEAR_LN;
             c.lin.n = (int)H;
@@ -327,14 +358,14 @@ int main(int argc, char **argv)
             c.lin.gamma = m->gamma;
             c.lin.beta = m->beta;
             c.lin.y = m->y;
-            bench_segment(ctx, ws, m->name, "oproj+ln", FUSE_TPL_GEMM_RES_LN, c, 2.0 * T * H * H,
-                          T * H, T);
+            bench_segment(ctx, ws, m->name, "oproj+ln", FUSE_TPL_GEMM_RES_LN, FUSE_TPL_NONE, c,
+                          2.0 * T * H * H, T * H, T);
 
             c.lin.k = (int)I;
             c.lin.w = m->w2;
             c.lin.bias = m->b2;
-            bench_segment(ctx, ws, m->name, "ffn2+ln", FUSE_TPL_GEMM_RES_LN, c, 2.0 * T * H * I,
-                          T * H, T);
+            bench_segment(ctx, ws, m->name, "ffn2+ln", FUSE_TPL_GEMM_RES_LN, FUSE_TPL_NONE, c,
+                          2.0 * T * H * I, T * H, T);
 
             memset(&c, 0, sizeof c);
             c.kind = SEG_FFN;
@@ -354,8 +385,8 @@ int main(int argc, char **argv)
             c.ffn.eps = 1e-12f;
             c.ffn.y = m->y;
             c.ffn.inter_buf = m->inter_buf;
-            bench_segment(ctx, ws, m->name, "ffn block", FUSE_TPL_FFN_CHAIN, c, 4.0 * T * H * I,
-                          T * H, T);
+            bench_segment(ctx, ws, m->name, "ffn block", FUSE_TPL_FFN_CHAIN, FUSE_TPL_NONE, c,
+                          4.0 * T * H * I, T * H, T);
         }
         model_free(m);
     }

@@ -97,7 +97,8 @@ typedef enum stof_dtype {
     STOF_F16 = 1,
     STOF_BF16 = 2,
     STOF_I32 = 3,
-    STOF_U8 = 4
+    STOF_U8 = 4,
+    STOF_I64 = 5
 } stof_dtype;
 
 typedef enum stof_memory {
@@ -327,19 +328,28 @@ typedef struct stof_forward_params {
                                    second forward of a shape bucket (B, L, token count
                                    rounded up by at most 12.5%, mask text) captures a
                                    CUDA graph and later ones replay it */
+    const stof_tensor *attention_mask; /* [B, L] I32, I64 or U8, host or ctx memory: the
+                                          Hugging Face 0/1 mask of a right-padded batch
+                                          (each row ones, then zeros), an alternative to
+                                          the lengths argument; NULL: use that */
 } stof_forward_params;
 
 STOF_API stof_forward_params stof_forward_default_params(void);
 
 /*
  * One encoder forward, padding-free inside: only real tokens are computed.
- *   ids          I32 [B, L] token ids (host memory, or the ctx's memory)
- *   lengths      I32 [B] host memory: real tokens per sequence (NULL: all L)
- *   token_types  I32 [B, L] (NULL: all 0)
+ *   ids          I32 or I64 [B, L] token ids (host memory, or the ctx's memory)
+ *   lengths      I32 [B]: real tokens per sequence, host or ctx memory (NULL: all L,
+ *                or what params->attention_mask says)
+ *   token_types  I32 or I64 [B, L] (NULL: all 0)
  *   hidden_out   [B, L, hidden] last hidden state in the run dtype (or F32), zeros
  *                at padding, ctx memory; NULL to skip
  *   pooled_out   F32 [B, hidden] pooled embeddings (L2-normalised when the model
  *                asks for it), ctx memory or host memory; NULL to skip
+ * The batch is planned on the host. When the lengths (or the attention mask),
+ * ids or types are in device memory, one small kernel checks them there and
+ * the call waits for its report once (the lengths, the first bad value); with
+ * every input in host memory the call does not wait for the GPU.
  */
 STOF_API stof_status stof_model_forward(stof_model *model, const stof_forward_params *params,
                                         const stof_tensor *ids, const stof_tensor *lengths,

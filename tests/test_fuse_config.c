@@ -22,8 +22,9 @@ static bool message_has(const char *needle)
 
 static void test_tables(void)
 {
-    fuse_tpl tpls[] = {FUSE_TPL_GEMM_BIAS_ACT, FUSE_TPL_GEMM_RES_LN, FUSE_TPL_FFN_CHAIN};
-    for (int t = 0; t < 3; t++) {
+    fuse_tpl tpls[] = {FUSE_TPL_GEMM_BIAS_ACT, FUSE_TPL_GEMM_RES_LN, FUSE_TPL_FFN_CHAIN,
+                       FUSE_TPL_GEMM_SM90};
+    for (int t = 0; t < 4; t++) {
         int n = 0;
         const fuse_config *list = fuse_config_list(tpls[t], &n);
         CHECK(list && n > 0, "%s has no instantiated configs", fuse_tpl_name(tpls[t]));
@@ -41,6 +42,8 @@ static void test_tables(void)
     n = 1;
     CHECK(fuse_config_list((fuse_tpl)42, &n) == NULL && n == 0, "tpl 42 lists %d", n);
     CHECK(strcmp(fuse_act_name(FUSE_ACT_GELU_TANH), "gelu_tanh") == 0, "act name");
+    CHECK(strcmp(fuse_tpl_name(FUSE_TPL_GEMM_SM90), "gemm_sm90") == 0, "sm90 name");
+    CHECK(FUSE_TPL_COUNT == 5, "template count %d", (int)FUSE_TPL_COUNT);
     CHECK(fuse_chain_hidden_ok(768) && !fuse_chain_hidden_ok(512), "chain hidden sizes");
 }
 
@@ -104,6 +107,49 @@ static void test_validation(void)
     c.warps_m = 2;
     CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
     CHECK(message_has("columns only"), "message: %s", stof_last_error());
+
+    /* Hopper rules: 64 rows per consumer warpgroup, warps_n 1, block_k 64,
+     * block_n a multiple of 64; the instances carry the tiles the brief names */
+    const fuse_config *sm90 = fuse_config_list(FUSE_TPL_GEMM_SM90, &n);
+    CHECK(n >= 2 && n <= 3, "gemm_sm90 has %d instances", n);
+    bool has_256 = false, has_128 = false;
+    for (int i = 0; i < n; i++) {
+        CHECK(sm90[i].block_m == 64 * sm90[i].warps_m && sm90[i].warps_n == 1 &&
+                  sm90[i].block_k == 64 && sm90[i].block_n % 64 == 0,
+              "gemm_sm90 instance %d breaks its own rules", i);
+        has_256 |= sm90[i].block_m == 128 && sm90[i].block_n == 256;
+        has_128 |= sm90[i].block_m == 128 && sm90[i].block_n == 128;
+    }
+    CHECK(has_256 && has_128, "gemm_sm90 lacks 128x256 or 128x128");
+    const fuse_config sm = sm90[0];
+    c = sm;
+    c.warps_m = 1; /* 128 rows for one warpgroup */
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("64 x warps_m"), "message: %s", stof_last_error());
+    c = sm;
+    c.block_m = 64; /* 64 rows for two warpgroups */
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("64 x warps_m"), "message: %s", stof_last_error());
+    c = sm;
+    c.warps_n = 2;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("warps_n 1"), "message: %s", stof_last_error());
+    c = sm;
+    c.block_k = 32;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("block_k 32 is not 64"), "message: %s", stof_last_error());
+    c = sm;
+    c.block_n = 96;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("block_n 96 is not a multiple of 64"), "message: %s", stof_last_error());
+    c = sm;
+    c.stages = 7; /* well formed, not compiled */
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("not instantiated"), "message: %s", stof_last_error());
+    /* the same tile under another template is another kernel */
+    c = sm;
+    c.tpl = FUSE_TPL_GEMM_BIAS_ACT;
+    CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
 }
 
 static fuse_config find_config(fuse_tpl tpl, int bm, int bn, int bk)
@@ -152,6 +198,34 @@ static void test_smem_and_shapes(void)
     CHECK(message_has("hidden size 512"), "message: %s", stof_last_error());
     CHECK_STATUS(fuse_config_check_shape(&c, 128, 768, 3000, H100_SMEM), STOF_ERR_SHAPE);
     CHECK(message_has("intermediate size 3000"), "message: %s", stof_last_error());
+
+    /* gemm_sm90: stages x (bm + bn) rows of 128 bytes, 16 bytes of mbarriers
+     * per stage, 1 KB to align the tiles */
+    fuse_config big = find_config(FUSE_TPL_GEMM_SM90, 128, 256, 64);
+    fuse_config small = find_config(FUSE_TPL_GEMM_SM90, 128, 128, 64);
+    CHECK(big.tpl && small.tpl, "expected gemm_sm90 configs are listed");
+    if (big.tpl && small.tpl) {
+        size_t want_big = (size_t)big.stages * (128 + 256) * 128 + (size_t)big.stages * 16 + 1024;
+        size_t want_small =
+            (size_t)small.stages * (128 + 128) * 128 + (size_t)small.stages * 16 + 1024;
+        CHECK(fuse_config_smem_bytes(&big, 0) == want_big, "sm90 128x256 smem %zu (want %zu)",
+              fuse_config_smem_bytes(&big, 0), want_big);
+        CHECK(fuse_config_smem_bytes(&small, 3072) == want_small,
+              "sm90 128x128 smem %zu (want %zu)", fuse_config_smem_bytes(&small, 3072), want_small);
+        CHECK(want_big <= H100_SMEM, "128x256 does not fit an H100 (%zu)", want_big);
+        CHECK_OK(fuse_config_check_shape(&big, 16384, 3072, 768, H100_SMEM));
+        CHECK_OK(fuse_config_check_shape(&big, 1, 8, 8, H100_SMEM));
+        CHECK_OK(fuse_config_check_shape(&small, 77, 200, 72, H100_SMEM));
+        CHECK_STATUS(fuse_config_check_shape(&big, 128, 768, 768, 100 * 1024),
+                     STOF_ERR_UNSUPPORTED);
+        CHECK(message_has("shared memory"), "message: %s", stof_last_error());
+        CHECK_OK(fuse_config_check_shape(&big, 1000, 3072, 200, H100_SMEM));
+        CHECK_STATUS(fuse_config_check_shape(&big, 128, 3072, 4, H100_SMEM), STOF_ERR_SHAPE);
+        /* 2^23 row blocks x 512 column blocks: too many tiles for the grid's int */
+        CHECK_STATUS(fuse_config_check_shape(&big, (int64_t)1 << 30, 131072, 64, H100_SMEM),
+                     STOF_ERR_SHAPE);
+        CHECK(message_has("tiles"), "message: %s", stof_last_error());
+    }
 }
 
 static void test_default_rule(void)
@@ -174,6 +248,24 @@ static void test_default_rule(void)
     CHECK(d.tpl == FUSE_TPL_NONE, "chain default at hidden 512 should be NONE");
     d = fuse_config_default(FUSE_TPL_GEMM_BIAS_ACT, 128, 768, 768, 132, 1024);
     CHECK(d.tpl == FUSE_TPL_NONE, "nothing fits in 1 KiB of smem");
+
+    /* gemm_sm90 by the same rule, and only when asked for by name */
+    d = fuse_config_default(FUSE_TPL_GEMM_SM90, 16384, 3072, 768, 132, H100_SMEM);
+    CHECK(d.tpl == FUSE_TPL_GEMM_SM90 && d.block_m == 128 && d.block_n == 256,
+          "big sm90 default %s %dx%d", fuse_tpl_name(d.tpl), d.block_m, d.block_n);
+    d = fuse_config_default(FUSE_TPL_GEMM_SM90, 128, 2304, 768, 132, H100_SMEM);
+    CHECK(d.tpl == FUSE_TPL_GEMM_SM90 && d.block_m == 128 && d.block_n == 128,
+          "small sm90 default %dx%d (most CTAs)", d.block_m, d.block_n);
+    d = fuse_config_default(FUSE_TPL_GEMM_SM90, 16384, 3072, 768, 132, 150 * 1024);
+    CHECK(d.tpl == FUSE_TPL_GEMM_SM90 && d.block_n == 128,
+          "sm90 default under 150 KiB of smem %dx%d", d.block_m, d.block_n);
+    d = fuse_config_default(FUSE_TPL_GEMM_SM90, 128, 768, 768, 132, 48 * 1024);
+    CHECK(d.tpl == FUSE_TPL_NONE, "an sm90 config in 48 KiB of smem");
+    d = fuse_config_default(FUSE_TPL_GEMM_BIAS_ACT, 16384, 3072, 768, 132, H100_SMEM);
+    CHECK(d.tpl == FUSE_TPL_GEMM_BIAS_ACT, "the gemm_bias_act default became %s",
+          fuse_tpl_name(d.tpl));
+    d = fuse_config_default(FUSE_TPL_NONE, 16384, 3072, 768, 132, H100_SMEM);
+    CHECK(d.tpl == FUSE_TPL_NONE, "tpl NONE picked %s", fuse_tpl_name(d.tpl));
 }
 
 /* Fake device addresses: 16-byte aligned, never dereferenced. */
@@ -289,6 +381,43 @@ static void test_argument_checks(void)
     fuse_choice uncompiled = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_BIAS_ACT, NULL)[0], 0};
     uncompiled.config.stages = 7;
     CHECK_STATUS(fuse_linear_act(ctx, &uncompiled, &a, ws), STOF_ERR_INVALID_ARG);
+
+    /* gemm_sm90: unavailable on this claimed GPU (cc 0.0), refused before any
+     * CUDA call; misused with the other segments, refused by template */
+    fuse_choice hopper = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_SM90, NULL)[0], 0};
+    CHECK(!fuse_sm90_available(ctx), "a cc 0.0 context claims sm90");
+    a = linear_args();
+    CHECK_STATUS(fuse_linear_act(ctx, &hopper, &a, ws), STOF_ERR_UNSUPPORTED);
+    CHECK(message_has("compute capability 9.0"), "message: %s", stof_last_error());
+    CHECK_STATUS(fuse_run_gemm_sm90(ctx, NULL, &a), STOF_ERR_UNSUPPORTED);
+    a.n = 12; /* argument errors come first */
+    CHECK_STATUS(fuse_linear_act(ctx, &hopper, &a, ws), STOF_ERR_SHAPE);
+    a = linear_args();
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &hopper, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("gemm_sm90 does not run this segment"), "message: %s", stof_last_error());
+    fuse_ffn_args hf = ffn_args();
+    CHECK_STATUS(fuse_ffn(ctx, &hopper, &hf, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("gemm_sm90 does not run this segment"), "message: %s", stof_last_error());
+    stof_ctx ampere = fake, hopper_cpu = fake, hopper_gpu = fake;
+    ampere.cc_major = 8;
+    CHECK(!fuse_sm90_available(&ampere), "cc 8.0 claims sm90");
+    CHECK_STATUS(fuse_linear_act(&ampere, &hopper, &a, ws), STOF_ERR_UNSUPPORTED);
+    hopper_cpu.device = STOF_DEVICE_CPU;
+    hopper_cpu.cc_major = 9;
+    CHECK(!fuse_sm90_available(&hopper_cpu), "a CPU context claims sm90");
+    hopper_gpu.cc_major = 9;
+#ifdef STOF_HAVE_FUSE_SM90
+    CHECK(fuse_sm90_available(&hopper_gpu), "cc 9.0 with sm_90a kernels built is not available");
+#else
+    CHECK(!fuse_sm90_available(&hopper_gpu), "cc 9.0 without sm_90a kernels claims sm90");
+#endif
+    hopper_gpu.cc_minor = 1; /* not a Hopper part sm_90a code runs on */
+    CHECK(!fuse_sm90_available(&hopper_gpu), "cc 9.1 claims sm90");
+    hopper_gpu.cc_major = 10;
+    hopper_gpu.cc_minor = 0;
+    CHECK(!fuse_sm90_available(&hopper_gpu),
+          "cc 10.0 claims sm90 (sm_90a code does not run there)");
+    CHECK(!fuse_sm90_available(NULL), "NULL ctx claims sm90");
 
     /* cuBLASLt specifics */
     a = linear_args();

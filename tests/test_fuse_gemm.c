@@ -5,7 +5,10 @@
  * (with and without residual and LayerNorm), at hidden 384/768/1024 (FFN
  * width 4 x hidden), token counts 1, 7, 128, 1000, 16384, in f16 and bf16.
  * Plus odd shapes (m, n, k not multiples of any tile), in-place residuals,
- * the cuBLASLt plan cache and device-dependent refusals.
+ * the cuBLASLt plan cache and device-dependent refusals. The Hopper template
+ * (gemm_sm90) joins every linear + act run where the device can run it, with
+ * extra ragged shapes of its own; elsewhere it is reported as skipped and
+ * checked to refuse cleanly.
  *
  * Inputs are fresh random values on the grid that f16 and bf16 share (bf16
  * values of magnitude >= 2^-8), so one fp32 reference serves both dtypes and
@@ -47,10 +50,23 @@ static double tolerance(stof_dtype dt)
 }
 
 /* Worst error seen per (kernel family, dtype), printed at the end. */
-enum { FAM_BIAS_ACT, FAM_RES_LN, FAM_CHAIN, FAM_LT_ACT, FAM_LT_LN, FAM_LT_FFN, FAM_COUNT };
+enum {
+    FAM_BIAS_ACT,
+    FAM_RES_LN,
+    FAM_CHAIN,
+    FAM_LT_ACT,
+    FAM_LT_LN,
+    FAM_LT_FFN,
+    FAM_SM90,
+    FAM_COUNT
+};
 static const char *fam_names[FAM_COUNT] = {"gemm_bias_act", "gemm_res_ln", "ffn_chain",
-                                           "cublaslt+act",  "cublaslt+ln", "cublaslt ffn"};
+                                           "cublaslt+act",  "cublaslt+ln", "cublaslt ffn",
+                                           "gemm_sm90"};
 static double worst[FAM_COUNT][2];
+
+/* Whether the gemm_sm90 configs run here (set once in main). */
+static bool sm90_runs;
 
 static float *host_alloc(int64_t n)
 {
@@ -200,6 +216,28 @@ static int choices_for(fuse_tpl tpl, fuse_choice *out, int cap)
     return n;
 }
 
+/* choices_for(GEMM_BIAS_ACT) plus, where they can run, the gemm_sm90 configs. */
+static int linear_act_choices(fuse_choice *out, int cap)
+{
+    int n = choices_for(FUSE_TPL_GEMM_BIAS_ACT, out, cap);
+    if (!sm90_runs) return n;
+    int count = 0;
+    const fuse_config *list = fuse_config_list(FUSE_TPL_GEMM_SM90, &count);
+    for (int i = 0; i < count && n < cap; i++) {
+        memset(&out[n], 0, sizeof out[n]);
+        out[n].path = FUSE_PATH_STOF;
+        out[n].config = list[i];
+        n++;
+    }
+    return n;
+}
+
+static int linear_act_family(const fuse_choice *c)
+{
+    if (c->path == FUSE_PATH_CUBLASLT) return FAM_LT_ACT;
+    return c->config.tpl == FUSE_TPL_GEMM_SM90 ? FAM_SM90 : FAM_BIAS_ACT;
+}
+
 static void choice_name(const fuse_choice *c, char *buf, size_t cap)
 {
     if (c->path == FUSE_PATH_CUBLASLT)
@@ -221,7 +259,7 @@ static void run_linear_act(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const
                            stof_dtype dt, fuse_act act, const float *ref_dev, void *y)
 {
     fuse_choice ch[16];
-    int nch = choices_for(FUSE_TPL_GEMM_BIAS_ACT, ch, 16);
+    int nch = linear_act_choices(ch, 16);
     fuse_linear_args a = {0};
     a.dtype = dt;
     a.m = s->t;
@@ -238,8 +276,14 @@ static void run_linear_act(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const
         label_of(label, sizeof label, fuse_act_name(act), s, dt, name);
         fuse_test_poison(y, (size_t)a.m * a.n * 2);
         stof_status st = fuse_linear_act(ctx, &ch[i], &a, ws);
-        expect_close(label, ch[i].path == FUSE_PATH_CUBLASLT ? FAM_LT_ACT : FAM_BIAS_ACT, st, y, dt,
-                     ref_dev, a.m * a.n, a.n);
+        expect_close(label, linear_act_family(&ch[i]), st, y, dt, ref_dev, a.m * a.n, a.n);
+    }
+    if (sm90_runs) { /* its default rule */
+        char label[200];
+        label_of(label, sizeof label, fuse_act_name(act), s, dt, "gemm_sm90 default");
+        fuse_test_poison(y, (size_t)a.m * a.n * 2);
+        expect_close(label, FAM_SM90, fuse_run_gemm_sm90(ctx, NULL, &a), y, dt, ref_dev, a.m * a.n,
+                     a.n);
     }
     /* Every algorithm cuBLASLt's heuristic offers (what the tuner chooses among). */
     fuse_linear_args plain = a;
@@ -423,15 +467,15 @@ static void test_odd_shapes(stof_ctx *ctx, fuse_ws ws, test_rng *r)
         a.eps = EPS;
         a.y = y;
         fuse_choice ch[16];
-        int nch = choices_for(FUSE_TPL_GEMM_BIAS_ACT, ch, 16);
+        int nch = linear_act_choices(ch, 16);
         for (int i = 0; i < nch; i++) {
             char name[96], label[200];
             choice_name(&ch[i], name, sizeof name);
             snprintf(label, sizeof label, "odd 77x200x72 gelu_tanh %s [%s]", stof_dtype_name(dt),
                      name);
             fuse_test_poison(y, (size_t)m * n * 2);
-            expect_close(label, ch[i].path == FUSE_PATH_CUBLASLT ? FAM_LT_ACT : FAM_BIAS_ACT,
-                         fuse_linear_act(ctx, &ch[i], &a, ws), y, dt, act_dev, m * n, n);
+            expect_close(label, linear_act_family(&ch[i]), fuse_linear_act(ctx, &ch[i], &a, ws), y,
+                         dt, act_dev, m * n, n);
         }
         nch = choices_for(FUSE_TPL_GEMM_RES_LN, ch, 16);
         for (int i = 0; i < nch; i++) {
@@ -448,14 +492,14 @@ static void test_odd_shapes(stof_ctx *ctx, fuse_ws ws, test_rng *r)
         float *nb_dev = dev_f32(pre, m * n);
         a.bias = NULL;
         a.act = FUSE_ACT_RELU;
-        nch = choices_for(FUSE_TPL_GEMM_BIAS_ACT, ch, 16);
+        nch = linear_act_choices(ch, 16);
         for (int i = 0; i < nch; i++) {
             char name[96], label[200];
             choice_name(&ch[i], name, sizeof name);
             snprintf(label, sizeof label, "odd no-bias relu %s [%s]", stof_dtype_name(dt), name);
             fuse_test_poison(y, (size_t)m * n * 2);
-            expect_close(label, ch[i].path == FUSE_PATH_CUBLASLT ? FAM_LT_ACT : FAM_BIAS_ACT,
-                         fuse_linear_act(ctx, &ch[i], &a, ws), y, dt, nb_dev, m * n, n);
+            expect_close(label, linear_act_family(&ch[i]), fuse_linear_act(ctx, &ch[i], &a, ws), y,
+                         dt, nb_dev, m * n, n);
         }
         cudaFree(nb_dev);
         void *ptrs[] = {dx, dw, db, dres, dg, dbeta, y};
@@ -467,6 +511,86 @@ static void test_odd_shapes(stof_ctx *ctx, fuse_ws ws, test_rng *r)
     float *all[] = {x, w, b, res, gamma, beta, ref_act, pre, ref_ln};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
+}
+
+/*
+ * gemm_sm90 on shapes that are no multiple of its tiles: m and n ragged
+ * against 128 and 256, k a multiple of 8 but not of its 64-deep slices (the
+ * TMA boxes reach past the tensor and are zero-filled), down to 1 x 8 x 8;
+ * enough tiles that a persistent CTA runs several, with k slices that do not
+ * divide into its stages. Every activation, both dtypes, with and without bias.
+ */
+static void test_sm90_ragged(stof_ctx *ctx, test_rng *r)
+{
+    static const struct {
+        int64_t m;
+        int n, k;
+    } shapes[] = {{1, 8, 8},        {7, 72, 200},      {77, 200, 72},   {333, 328, 136},
+                  {300, 2304, 768}, {4099, 1160, 200}, {2000, 264, 520}};
+    if (!sm90_runs) return;
+    int count = 0;
+    const fuse_config *list = fuse_config_list(FUSE_TPL_GEMM_SM90, &count);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t m = shapes[si].m;
+        const int n = shapes[si].n, k = shapes[si].k;
+        float *x = grid_array(r, m * k, -1.f, 1.f);
+        float *w = grid_array(r, (int64_t)n * k, -1.f / sqrtf((float)k), 1.f / sqrtf((float)k));
+        float *b = grid_array(r, n, -0.5f, 0.5f);
+        float *ref = host_alloc(m * n);
+        float *ref_dev = fuse_test_alloc((size_t)m * n * 4);
+        void *y = fuse_test_alloc((size_t)m * n * 2);
+        void *dx[2], *dw[2], *db[2];
+        for (int di = 0; di < 2; di++) {
+            dx[di] = fuse_test_upload(x, m * k, dtypes[di]);
+            dw[di] = fuse_test_upload(w, (int64_t)n * k, dtypes[di]);
+            db[di] = fuse_test_upload(b, n, dtypes[di]);
+        }
+        for (size_t ai = 0; ai <= sizeof acts / sizeof acts[0]; ai++) {
+            /* the last round: exact GELU without bias */
+            const bool no_bias = ai == sizeof acts / sizeof acts[0];
+            const fuse_act act = no_bias ? FUSE_ACT_GELU : acts[ai];
+            cpu_linear(x, w, no_bias ? NULL : b, ref, m, n, k, (cpu_act)act);
+            fuse_test_put(ref_dev, ref, m * n, STOF_F32);
+            for (int di = 0; di < 2; di++) {
+                fuse_linear_args a = {0};
+                a.dtype = dtypes[di];
+                a.m = m;
+                a.n = n;
+                a.k = k;
+                a.x = dx[di];
+                a.w = dw[di];
+                a.bias = no_bias ? NULL : db[di];
+                a.act = act;
+                a.y = y;
+                for (int i = 0; i <= count; i++) {
+                    char name[96], label[240];
+                    if (i < count)
+                        fuse_config_format(&list[i], name, sizeof name);
+                    else
+                        snprintf(name, sizeof name, "gemm_sm90 default");
+                    snprintf(label, sizeof label, "ragged %lldx%dx%d %s%s %s [%s]", (long long)m, n,
+                             k, fuse_act_name(act), no_bias ? " no-bias" : "",
+                             stof_dtype_name(dtypes[di]), name);
+                    fuse_test_poison(y, (size_t)m * n * 2);
+                    fuse_choice c = {FUSE_PATH_STOF, list[i < count ? i : 0], 0};
+                    stof_status st = i < count ? fuse_linear_act(ctx, &c, &a, (fuse_ws){NULL, 0})
+                                               : fuse_run_gemm_sm90(ctx, NULL, &a);
+                    expect_close(label, FAM_SM90, st, y, dtypes[di], ref_dev, m * n, n);
+                }
+            }
+        }
+        for (int di = 0; di < 2; di++) {
+            cudaFree(dx[di]);
+            cudaFree(dw[di]);
+            cudaFree(db[di]);
+        }
+        cudaFree(y);
+        cudaFree(ref_dev);
+        free(x);
+        free(w);
+        free(b);
+        free(ref);
+    }
 }
 
 /* y == residual (linear + LN) and y == x == residual (FFN): the in-place forms. */
@@ -601,6 +725,27 @@ static void test_cache_and_refusals(stof_ctx *ctx, fuse_ws ws)
     a.m = m;
     CHECK_STATUS(fuse_lt_gemm(ctx, &a, FUSE_ACT_GELU, NULL, ws), STOF_ERR_UNSUPPORTED);
 
+    /* gemm_sm90 where it cannot run, or given to a segment it does not run:
+     * an error before any launch */
+    fuse_choice hopper = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_SM90, NULL)[0], 0};
+    if (!sm90_runs) {
+        CHECK_STATUS(fuse_linear_act(ctx, &hopper, &a, ws), STOF_ERR_UNSUPPORTED);
+        CHECK_STATUS(fuse_run_gemm_sm90(ctx, NULL, &a), STOF_ERR_UNSUPPORTED);
+    }
+    fuse_linear_args ln_args = a;
+    ln_args.residual = y;
+    ln_args.gamma = b;
+    ln_args.beta = b;
+    ln_args.eps = EPS;
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &hopper, &ln_args, ws), STOF_ERR_INVALID_ARG);
+    CHECK(strstr(stof_last_error(), "does not run this segment") != NULL,
+          "gemm_sm90 given to linear_res_ln: %s", stof_last_error());
+    /* and the bias_act template by that name is refused by fuse_run_gemm_sm90 */
+    if (sm90_runs) {
+        const fuse_config *ba = fuse_config_list(FUSE_TPL_GEMM_BIAS_ACT, NULL);
+        CHECK_STATUS(fuse_run_gemm_sm90(ctx, &ba[0], &a), STOF_ERR_INVALID_ARG);
+    }
+
     /* the chain is compiled for three hidden sizes only */
     fuse_ffn_args f = {0};
     f.dtype = STOF_F16;
@@ -614,6 +759,7 @@ static void test_cache_and_refusals(stof_ctx *ctx, fuse_ws ws)
     f.y = y;
     fuse_choice stof_default = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0};
     CHECK_STATUS(fuse_ffn(ctx, &stof_default, &f, ws), STOF_ERR_UNSUPPORTED);
+    CHECK_STATUS(fuse_ffn(ctx, &hopper, &f, ws), STOF_ERR_INVALID_ARG);
     int count = 0;
     const fuse_config *chain = fuse_config_list(FUSE_TPL_FFN_CHAIN, &count);
     CHECK_STATUS(fuse_run_ffn_chain(ctx, &chain[0], &f), STOF_ERR_UNSUPPORTED);
@@ -649,10 +795,20 @@ int main(void)
     fuse_ws ws = {ws_ptr, FUSE_LT_WORKSPACE_BYTES};
     test_rng r;
     test_rng_init(&r, test_seed());
+    sm90_runs = fuse_sm90_available(ctx);
+#ifdef STOF_HAVE_FUSE_SM90
+    const char *sm90_why = "the template runs on 9.0 only";
+#else
+    const char *sm90_why = "this build has no sm_90a kernels";
+#endif
+    if (!sm90_runs)
+        printf("test_fuse_gemm: gemm_sm90 configs skipped: %s is compute capability %d.%d and %s\n",
+               ctx->device_name, ctx->cc_major, ctx->cc_minor, sm90_why);
 
     test_compare_reports(&r);
     test_cache_and_refusals(ctx, ws);
     test_odd_shapes(ctx, ws, &r);
+    test_sm90_ragged(ctx, &r);
     test_in_place(ctx, ws, &r);
     for (size_t hi = 0; hi < sizeof hiddens / sizeof hiddens[0]; hi++)
         for (size_t ti = 0; ti < sizeof token_counts / sizeof token_counts[0]; ti++)

@@ -554,7 +554,57 @@ static void test_forward_misuse(stof_ctx *ctx)
     bad = t_len;
     bad.memory = STOF_MEM_DEVICE;
     CHECK_FAIL(stof_model_forward(m, NULL, &t_ids, &bad, NULL, &t_hid, NULL), STOF_ERR_INVALID_ARG,
-               "lengths must be in host memory");
+               "lengths is in device memory but the model runs on the CPU");
+
+    /* A host 0/1 attention mask instead of the lengths: I64, I32 or U8. */
+    {
+        float want[B * L * H];
+        CHECK_OK(stof_model_forward(m, NULL, &t_ids, &t_len, NULL, &t_hid, NULL));
+        memcpy(want, hidden, sizeof want);
+        int64_t am64[B * L];
+        int32_t am32[B * L];
+        uint8_t am8[B * L];
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < L; i++)
+                am64[b * L + i] = am32[b * L + i] = am8[b * L + i] = i < lengths[b];
+        stof_tensor t_am[3] = {stof_tensor_make(am64, STOF_I64, STOF_MEM_HOST, 2, (int64_t[2]){B, L}),
+                               stof_tensor_make(am32, STOF_I32, STOF_MEM_HOST, 2, (int64_t[2]){B, L}),
+                               stof_tensor_make(am8, STOF_U8, STOF_MEM_HOST, 2, (int64_t[2]){B, L})};
+        stof_forward_params fp = stof_forward_default_params();
+        for (int k = 0; k < 3; k++) {
+            fp.attention_mask = &t_am[k];
+            test_poison_f32(hidden, B * L * H);
+            CHECK_OK(stof_model_forward(m, &fp, &t_ids, NULL, NULL, &t_hid, NULL));
+            CHECK(memcmp(want, hidden, sizeof want) == 0,
+                  "a %s attention mask gives another result than the lengths",
+                  stof_dtype_name(t_am[k].dtype));
+        }
+        fp.attention_mask = &t_am[0];
+        CHECK_FAIL(stof_model_forward(m, &fp, &t_ids, &t_len, NULL, &t_hid, NULL),
+                   STOF_ERR_INVALID_ARG, "not both");
+        am32[1 * L + 2] = 3;
+        fp.attention_mask = &t_am[1];
+        CHECK_FAIL(stof_model_forward(m, &fp, &t_ids, NULL, NULL, &t_hid, NULL),
+                   STOF_ERR_INVALID_ARG, "attention_mask[1, 2] = 3; it must hold only 0 and 1");
+        am8[0 * L + 1] = 0; /* row 0: 1 0 1 1 ... */
+        fp.attention_mask = &t_am[2];
+        CHECK_FAIL(stof_model_forward(m, &fp, &t_ids, NULL, NULL, &t_hid, NULL),
+                   STOF_ERR_INVALID_ARG, "attention_mask row 0 has a 1 at 2 after a 0 at 1");
+        stof_tensor f32_am = stof_tensor_make(want, STOF_F32, STOF_MEM_HOST, 2, (int64_t[2]){B, L});
+        fp.attention_mask = &f32_am;
+        CHECK_FAIL(stof_model_forward(m, &fp, &t_ids, NULL, NULL, &t_hid, NULL), STOF_ERR_SHAPE,
+                   "attention_mask is f32");
+        int64_t ids64[B * L];
+        for (int i = 0; i < B * L; i++)
+            ids64[i] = ids[i];
+        stof_tensor t_ids64 = stof_tensor_make(ids64, STOF_I64, STOF_MEM_HOST, 2, (int64_t[2]){B, L});
+        test_poison_f32(hidden, B * L * H);
+        CHECK_OK(stof_model_forward(m, NULL, &t_ids64, &t_len, NULL, &t_hid, NULL));
+        CHECK(memcmp(want, hidden, sizeof want) == 0, "I64 ids give another result than I32");
+        ids64[1 * L + 4] = -((int64_t)1 << 35);
+        CHECK_FAIL(stof_model_forward(m, NULL, &t_ids64, &t_len, NULL, &t_hid, NULL),
+                   STOF_ERR_INVALID_ARG, "ids[1, 4] = -34359738368 is outside the vocabulary");
+    }
 
     /* Longer than the model's 32 positions. */
     enum { LL = 40 };

@@ -444,6 +444,11 @@ static void graph_runs(const models *mm, const run_case *rc, const stof_forward_
     free(eff);
 }
 
+static int eff_len_of(const run_case *rc, const int32_t *lengths, int b, int L)
+{
+    return rc->lengths_null ? L : lengths[b];
+}
+
 static void compare_case(const models *mm, const run_case *rc, test_rng *r, double tol,
                          const char *label)
 {
@@ -523,17 +528,38 @@ static void compare_case(const models *mm, const run_case *rc, test_rng *r, doub
     CHECK(ep < tol, "%s: pooled rel err %.3e (tolerance %.0e)", label, ep, tol);
     CHECK(pad_bad == 0, "%s: %lld padding elements are not zero", label, (long long)pad_bad);
 
-    /* GPU, device ids and types: f32 hidden, pooled in device memory; same values. */
-    int32_t *d_ids = dev_alloc(sizeof(int32_t) * (size_t)nid),
-            *d_types = dev_alloc(sizeof(int32_t) * (size_t)nid);
-    to_dev(d_ids, ids, sizeof(int32_t) * (size_t)nid);
+    /* GPU, device inputs: I64 ids, I32 types, and the lengths as a device 0/1
+     * attention mask (I64 or U8 by case, garbage ids at padding); f32 hidden,
+     * pooled in device memory; same values. */
+    int64_t *ids64 = xmalloc(sizeof(int64_t) * (size_t)nid);
+    bool mask64 = (B + L) % 2 == 0;
+    size_t mask_es = mask64 ? 8 : 1;
+    unsigned char *am = xmalloc(mask_es * (size_t)nid);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < L; i++) {
+            int64_t k = (int64_t)b * L + i;
+            bool real = i < eff_len_of(rc, lengths, b, L);
+            ids64[k] = real ? ids[k] : -((int64_t)1 << 40);
+            if (mask64)
+                ((int64_t *)am)[k] = real;
+            else
+                am[k] = real;
+        }
+    int64_t *d_ids = dev_alloc(sizeof(int64_t) * (size_t)nid);
+    int32_t *d_types = dev_alloc(sizeof(int32_t) * (size_t)nid);
+    void *d_am = dev_alloc(mask_es * (size_t)nid);
+    to_dev(d_ids, ids64, sizeof(int64_t) * (size_t)nid);
     to_dev(d_types, types, sizeof(int32_t) * (size_t)nid);
-    stof_tensor dt_ids = stof_tensor_make(d_ids, STOF_I32, STOF_MEM_DEVICE, 2, s_ids);
+    to_dev(d_am, am, mask_es * (size_t)nid);
+    stof_tensor dt_ids = stof_tensor_make(d_ids, STOF_I64, STOF_MEM_DEVICE, 2, s_ids);
     stof_tensor dt_types = stof_tensor_make(d_types, STOF_I32, STOF_MEM_DEVICE, 2, s_ids);
+    stof_tensor dt_am = stof_tensor_make(d_am, mask64 ? STOF_I64 : STOF_U8, STOF_MEM_DEVICE, 2, s_ids);
     stof_tensor g_hid32 = stof_tensor_make(d_hid32, STOF_F32, STOF_MEM_DEVICE, 3, s_hid);
     stof_tensor g_pool_d = stof_tensor_make(d_pool, STOF_F32, STOF_MEM_DEVICE, 2, s_pool);
-    CHECK_OK(stof_model_forward(mm->gpu, &fp, &dt_ids, lp, rc->types ? &dt_types : NULL, &g_hid32,
-                                &g_pool_d));
+    stof_forward_params fp_dev = fp;
+    fp_dev.attention_mask = &dt_am;
+    CHECK_OK(stof_model_forward(mm->gpu, &fp_dev, &dt_ids, NULL, rc->types ? &dt_types : NULL,
+                                &g_hid32, &g_pool_d));
     CHECK_OK(stof_ctx_synchronize(g_gpu)); /* the ctx's stream does not sync with cudaMemcpy */
     float *g_h32 = xmalloc(sizeof(float) * (size_t)nh);
     to_host(g_h32, d_hid32, sizeof(float) * (size_t)nh);
@@ -550,9 +576,12 @@ static void compare_case(const models *mm, const run_case *rc, test_rng *r, doub
 
     cudaFree(d_ids);
     cudaFree(d_types);
+    cudaFree(d_am);
     cudaFree(d_hid);
     cudaFree(d_hid32);
     cudaFree(d_pool);
+    free(ids64);
+    free(am);
     free(g_h32);
     free(eff_len);
     free(half);
@@ -762,10 +791,70 @@ static void test_gpu_misuse(test_rng *r)
     bad.shape[1] = L / 2;
     CHECK_FAIL(stof_model_forward(m, NULL, &bad, NULL, NULL, NULL, NULL), STOF_ERR_SHAPE,
                "ids in device memory must be contiguous");
-    bad = t_len;
-    bad.memory = STOF_MEM_DEVICE;
-    CHECK_FAIL(stof_model_forward(m, NULL, &dt_ids, &bad, NULL, NULL, NULL), STOF_ERR_INVALID_ARG,
-               "lengths must be in host memory");
+    /* Lengths and attention masks in device memory: checked there, named here. */
+    int32_t *d_len = dev_alloc(sizeof lengths);
+    int64_t am[B * L];
+    int64_t *d_am = dev_alloc(sizeof am);
+    stof_tensor dt_len = stof_tensor_make(d_len, STOF_I32, STOF_MEM_DEVICE, 1, s_len);
+    stof_tensor dt_am = stof_tensor_make(d_am, STOF_I64, STOF_MEM_DEVICE, 2, s_ids);
+    stof_forward_params fp = stof_forward_default_params();
+    fp.eager = 1;
+    uint16_t want[B * L * H], got[B * L * H];
+    CHECK_OK(stof_model_forward(m, &fp, &dt_ids, &t_len, NULL, &t_hid, NULL));
+    CHECK_OK(stof_ctx_synchronize(g_gpu));
+    to_host(want, d_hid, sizeof want);
+    int32_t long_len[B] = {8, 9};
+    to_dev(d_len, long_len, sizeof long_len);
+    CHECK_FAIL(stof_model_forward(m, &fp, &dt_ids, &dt_len, NULL, &t_hid, NULL),
+               STOF_ERR_INVALID_ARG, "lengths[1] = 9 is outside [0, L = 8]");
+    to_dev(d_len, lengths, sizeof lengths);
+    cudaMemset(d_hid, 0xff, sizeof want);
+    CHECK_OK(stof_model_forward(m, &fp, &dt_ids, &dt_len, NULL, &t_hid, NULL));
+    CHECK_OK(stof_ctx_synchronize(g_gpu));
+    to_host(got, d_hid, sizeof got);
+    CHECK(memcmp(want, got, sizeof want) == 0, "device lengths give another result");
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < L; i++)
+            am[b * L + i] = i < lengths[b];
+    to_dev(d_am, am, sizeof am);
+    fp.attention_mask = &dt_am;
+    cudaMemset(d_hid, 0xff, sizeof want);
+    CHECK_OK(stof_model_forward(m, &fp, &dt_ids, NULL, NULL, &t_hid, NULL));
+    CHECK_OK(stof_ctx_synchronize(g_gpu));
+    to_host(got, d_hid, sizeof got);
+    CHECK(memcmp(want, got, sizeof want) == 0, "a device attention mask gives another result");
+    CHECK_FAIL(stof_model_forward(m, &fp, &dt_ids, &t_len, NULL, &t_hid, NULL),
+               STOF_ERR_INVALID_ARG, "not both");
+    am[1 * L + 6] = 1; /* 1 1 1 1 1 0 1 0 */
+    to_dev(d_am, am, sizeof am);
+    CHECK_FAIL(stof_model_forward(m, &fp, &dt_ids, NULL, NULL, &t_hid, NULL),
+               STOF_ERR_INVALID_ARG, "attention_mask row 1 has a 1 at 6 after a 0 at 5");
+    am[1 * L + 6] = 0;
+    am[0 * L + 3] = -1;
+    to_dev(d_am, am, sizeof am);
+    CHECK_FAIL(stof_model_forward(m, &fp, &dt_ids, NULL, NULL, &t_hid, NULL),
+               STOF_ERR_INVALID_ARG, "attention_mask[0, 3] = -1; it must hold only 0 and 1");
+    stof_tensor host_am = stof_tensor_make(am, STOF_I64, STOF_MEM_HOST, 2, s_ids);
+    fp.attention_mask = &host_am;
+    CHECK_FAIL(stof_model_forward(m, &fp, &dt_ids, NULL, NULL, &t_hid, NULL),
+               STOF_ERR_INVALID_ARG, "attention_mask[0, 3] = -1; it must hold only 0 and 1");
+    stof_tensor short_am = dt_am;
+    short_am.shape[1] = L - 1;
+    fp.attention_mask = &short_am;
+    CHECK_FAIL(stof_model_forward(m, &fp, &dt_ids, NULL, NULL, &t_hid, NULL), STOF_ERR_SHAPE,
+               "want [B, L] = [2, 8]");
+    int64_t ids64[B * L];
+    for (int i = 0; i < B * L; i++)
+        ids64[i] = ids[i];
+    ids64[0 * L + 7] = (int64_t)1 << 33;
+    int64_t *d_ids64 = dev_alloc(sizeof ids64);
+    to_dev(d_ids64, ids64, sizeof ids64);
+    stof_tensor dt_ids64 = stof_tensor_make(d_ids64, STOF_I64, STOF_MEM_DEVICE, 2, s_ids);
+    CHECK_FAIL(stof_model_forward(m, NULL, &dt_ids64, &t_len, NULL, &t_hid, NULL),
+               STOF_ERR_INVALID_ARG, "ids[0, 7] = 8589934592 is outside the vocabulary");
+    cudaFree(d_len);
+    cudaFree(d_am);
+    cudaFree(d_ids64);
     bad = stof_tensor_make(host_hid, STOF_F32, STOF_MEM_HOST, 3, s_hid);
     CHECK_FAIL(stof_model_forward(m, NULL, &dt_ids, &t_len, NULL, &bad, NULL), STOF_ERR_INVALID_ARG,
                "hidden_out is in host memory");
@@ -782,12 +871,31 @@ static void test_gpu_misuse(test_rng *r)
 
 /* A plan with every segment on its stof template (the FFN as the chain), or
  * cuBLASLt with its second algorithm and a forced attention configuration. */
-static tune_plan forced_plan(int rows, int hidden, int inter, bool templates)
+static void seg_set(tune_seg *t, const fuse_config *c)
+{
+    t->path = 1;
+    t->tpl = (int)c->tpl;
+    t->block_m = c->block_m, t->block_n = c->block_n, t->block_k = c->block_k;
+    t->warps_m = c->warps_m, t->warps_n = c->warps_n, t->stages = c->stages;
+}
+
+/* kind 0: every segment on its stof template (the FFN as the chain); 1:
+ * cuBLASLt with its second algorithm and a forced attention configuration; 2:
+ * the Hopper GEMM on QKV and FFN1 (exact GELU in its epilogue), FFN2 on
+ * cuBLASLt. */
+static tune_plan forced_plan(int rows, int hidden, int inter, int kind)
 {
     tune_plan p;
     tune_plan_default(&p);
     const stof_ctx *ctx = g_gpu;
-    if (templates) {
+    if (kind == 2) {
+        fuse_config q = fuse_config_default(FUSE_TPL_GEMM_SM90, rows, 3 * hidden, hidden,
+                                            ctx->sm_count, ctx->smem_per_block_optin);
+        fuse_config f = fuse_config_default(FUSE_TPL_GEMM_SM90, rows, inter, hidden,
+                                            ctx->sm_count, ctx->smem_per_block_optin);
+        seg_set(&p.seg[TUNE_SEG_QKV], &q);
+        seg_set(&p.seg[TUNE_SEG_FFN1], &f);
+    } else if (kind == 0) {
         fuse_config c[3] = {
             fuse_config_default(FUSE_TPL_GEMM_BIAS_ACT, rows, 3 * hidden, hidden, ctx->sm_count,
                                 ctx->smem_per_block_optin),
@@ -796,13 +904,8 @@ static tune_plan forced_plan(int rows, int hidden, int inter, bool templates)
             fuse_config_default(FUSE_TPL_FFN_CHAIN, rows, hidden, inter, ctx->sm_count,
                                 ctx->smem_per_block_optin)};
         int seg[3] = {TUNE_SEG_QKV, TUNE_SEG_OUT, TUNE_SEG_FFN1};
-        for (int i = 0; i < 3; i++) {
-            tune_seg *t = &p.seg[seg[i]];
-            t->path = 1;
-            t->tpl = (int)c[i].tpl;
-            t->block_m = c[i].block_m, t->block_n = c[i].block_n, t->block_k = c[i].block_k;
-            t->warps_m = c[i].warps_m, t->warps_n = c[i].warps_n, t->stages = c[i].stages;
-        }
+        for (int i = 0; i < 3; i++)
+            seg_set(&p.seg[seg[i]], &c[i]);
         p.ffn_chain = 1;
     } else {
         for (int i = 0; i < TUNE_NSEG; i++)
@@ -848,8 +951,13 @@ static void test_tune(test_rng *r)
 
     /* Requested plans, kernel by kernel and from their graphs. */
     int rows = (int)tune_token_bucket(T);
-    for (int k = 0; k < 2; k++) {
-        tune_plan p = forced_plan(rows, H, d.inter, k == 0);
+    static const char *plan_names[3] = {"template", "cuBLASLt#1", "Hopper GEMM"};
+    for (int k = 0; k < 3; k++) {
+        if (k == 2 && !fuse_sm90_available(g_gpu)) {
+            printf("  Hopper GEMM plan: skipped (%s has no sm_90a GEMM)\n", g_gpu->device_name);
+            continue;
+        }
+        tune_plan p = forced_plan(rows, H, d.inter, k);
         for (int run = 0; run < 4; run++) {
             const stof_tensor *ids_t = &t_ids;
             int64_t sh_h[3] = {B, L, H};
@@ -871,7 +979,7 @@ static void test_tune(test_rng *r)
             double ep = test_rel_err(pool, ref_p, (int64_t)B * H);
             CHECK(eh < 1e-2 && ep < 1e-2 && pad_bad == 0,
                   "%s plan, run %d: hidden %.3e pooled %.3e, %lld padding not zero",
-                  k == 0 ? "template" : "cuBLASLt#1", run, eh, ep, (long long)pad_bad);
+                  plan_names[k], run, eh, ep, (long long)pad_bad);
             cudaFree(dh);
             free(pool);
             free(h);

@@ -31,24 +31,31 @@ def is_numpy(x):
     return np is not None and isinstance(x, np.ndarray)
 
 
+_TORCH_CODES = None
+
+
 def _torch_dtype_code(dtype):
-    torch = torch_module()
-    table = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16,
-             torch.int32: _lib.I32, torch.uint8: _lib.U8, torch.bool: _lib.U8}
-    if dtype not in table:
+    global _TORCH_CODES
+    if _TORCH_CODES is None:
+        torch = torch_module()
+        _TORCH_CODES = {torch.float32: _lib.F32, torch.float16: _lib.F16,
+                        torch.bfloat16: _lib.BF16, torch.int32: _lib.I32, torch.int64: _lib.I64,
+                        torch.uint8: _lib.U8, torch.bool: _lib.U8}
+    code = _TORCH_CODES.get(dtype)
+    if code is None:
         raise TypeError(f"stof does not take torch tensors of dtype {dtype} "
-                        "(float32, float16, bfloat16, int32, uint8 or bool)")
-    return table[dtype]
+                        "(float32, float16, bfloat16, int32, int64, uint8 or bool)")
+    return code
 
 
 def _numpy_dtype_code(dtype):
     np = numpy_module()
     table = {np.dtype(np.float32): _lib.F32, np.dtype(np.float16): _lib.F16,
-             np.dtype(np.int32): _lib.I32, np.dtype(np.uint8): _lib.U8,
-             np.dtype(np.bool_): _lib.U8}
+             np.dtype(np.int32): _lib.I32, np.dtype(np.int64): _lib.I64,
+             np.dtype(np.uint8): _lib.U8, np.dtype(np.bool_): _lib.U8}
     if np.dtype(dtype) not in table:
         raise TypeError(f"stof does not take numpy arrays of dtype {dtype} "
-                        "(float32, float16, int32, uint8 or bool)")
+                        "(float32, float16, int32, int64, uint8 or bool)")
     return table[np.dtype(dtype)]
 
 

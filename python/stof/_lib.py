@@ -19,7 +19,7 @@ STATUS_NAMES = ("STOF_OK", "STOF_ERR_INVALID_ARG", "STOF_ERR_SHAPE", "STOF_ERR_P
                 "STOF_ERR_FORMAT", "STOF_ERR_NO_DEVICE", "STOF_ERR_INTERNAL")
 
 DEVICE_AUTO, DEVICE_CPU, DEVICE_GPU = 0, 1, 2
-F32, F16, BF16, I32, U8 = 0, 1, 2, 3, 4
+F32, F16, BF16, I32, U8, I64 = 0, 1, 2, 3, 4, 5
 MEM_HOST, MEM_DEVICE = 0, 1
 BUILDERS = {"auto": 0, "cpu": 1, "gpu": 2}
 KERNELS = {"auto": 0, "blockwise": 1, "rowwise": 2, "cpu": 3, "blockwise_sm90": 4}

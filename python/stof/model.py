@@ -37,11 +37,13 @@ class _ModelInfo(Structure):
                 ("pooling", c_int), ("normalize", c_int)]
 
 
-class _ForwardParams(Structure):
-    _fields_ = [("mask", c_void_p), ("eager", c_int)]
-
-
 _P = POINTER
+
+
+class _ForwardParams(Structure):
+    _fields_ = [("mask", c_void_p), ("eager", c_int), ("attention_mask", _P(_lib.Tensor))]
+
+
 _T = _P(_lib.Tensor)
 _lib._SIGNATURES.update({
     "stof_model_default_params": (_ModelParams, []),
@@ -228,11 +230,13 @@ class Model:
 
     # -- running
 
-    def _forward(self, ids, lengths, types, hidden, pooled, mask):
+    def _forward(self, ids, lengths, types, hidden, pooled, mask, attention_mask=None):
         """One stof_model_forward; arguments are stof tensor descriptions (or None)."""
         params = _lib.fn("stof_forward_default_params")()
         spec = None if mask is None else as_mask(mask)
         params.mask = spec._handle if spec is not None else None
+        if attention_mask is not None:
+            params.attention_mask = ctypes.pointer(attention_mask)
 
         def ref(t):
             return ctypes.byref(t) if t is not None else None
@@ -313,7 +317,7 @@ class Model:
         torch = _torch()
         ids = self._token_tensor(torch, input_ids, "input_ids")
         B, L = ids.shape
-        lengths = self._lengths(torch, attention_mask, B, L)
+        am = self._attention_mask(torch, attention_mask, B, L)
         types = None
         if token_type_ids is not None:
             types = self._token_tensor(torch, token_type_ids, "token_type_ids")
@@ -323,9 +327,10 @@ class Model:
         dtype = {_lib.F32: torch.float32, _lib.F16: torch.float16,
                  _lib.BF16: torch.bfloat16}[self._info.dtype]
         hidden = torch.empty((B, L, self._info.hidden), dtype=dtype, device=self.device)
-        self._forward(_arrays.describe(ids), _arrays.describe(lengths),
+        self._forward(_arrays.describe(ids), None,
                       _arrays.describe(types) if types is not None else None,
-                      _arrays.describe(hidden), None, mask)
+                      _arrays.describe(hidden), None, mask,
+                      _arrays.describe(am) if am is not None else None)
         return hidden
 
     def _token_tensor(self, torch, x, name):
@@ -341,28 +346,33 @@ class Model:
             index = x.device.index if x.device.index is not None else torch.cuda.current_device()
             if f"cuda:{index}" != self.device:
                 raise ValueError(f"{name} is on cuda:{index} but the model is on {self.device}")
-        return x.to(dtype=torch.int32).contiguous()
+        if x.dtype not in (torch.int32, torch.int64):
+            x = x.to(dtype=torch.int32)
+        return x.contiguous()
 
-    def _lengths(self, torch, attention_mask, B, L):
-        """Host int32 lengths [B] from a right-padded attention mask (None: all L)."""
-        import numpy as np
+    def _attention_mask(self, torch, attention_mask, B, L):
+        """The 0/1 attention mask as stof reads it (int32, int64 or uint8, on the CPU
+        or the model's device), or None. stof derives the lengths from it and checks
+        that each row is ones followed by zeros."""
         if attention_mask is None:
-            return np.full(B, L, dtype=np.int32)
+            return None
         m = attention_mask if isinstance(attention_mask, torch.Tensor) \
             else torch.as_tensor(attention_mask)
         if tuple(m.shape) != (B, L):
             raise ValueError(f"attention_mask has shape {tuple(m.shape)}, input_ids {(B, L)}")
-        m = m.detach().to("cpu").numpy()
-        if not np.isin(m, (0, 1)).all():
-            raise ValueError("attention_mask must hold only 0 and 1")
-        lengths = m.sum(axis=1).astype(np.int32)
-        prefix = np.arange(L)[None, :] < lengths[:, None]
-        bad = np.nonzero((m != 0) != prefix)[0]
-        if bad.size:
-            raise ValueError(f"attention_mask row {int(bad[0])} is not ones followed by zeros: "
-                             "stof runs right-padded batches (pass left-padded input "
-                             "re-padded on the right)")
-        return lengths
+        if m.dtype == torch.bool:
+            m = m.view(torch.uint8)
+        elif m.dtype not in (torch.int32, torch.int64, torch.uint8):
+            if m.dtype.is_floating_point or m.dtype.is_complex:
+                raise TypeError(f"attention_mask must hold integers or bools, got {m.dtype}")
+            m = m.to(torch.int32)
+        if m.device.type == "cuda":
+            index = m.device.index if m.device.index is not None else torch.cuda.current_device()
+            if f"cuda:{index}" != self.device:
+                m = m.to(self.device if self._ctx.kind != "cpu" else "cpu")
+        elif m.device.type != "cpu":
+            raise ValueError(f"attention_mask is on {m.device}; stof takes CPU or CUDA tensors")
+        return m.detach().contiguous()
 
     # -- lifetime
 

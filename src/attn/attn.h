@@ -31,6 +31,7 @@ typedef struct attn_launch {
     int batch, heads, lq, lk, head_dim;
     int bf16;         /* 1: bf16 inputs, 0: fp16 */
     float scale_log2; /* softmax scale times log2(e): scores go through exp2 */
+    int pdl;          /* launch with programmatic dependent launch (src/core/launch.cuh) */
 } attn_launch;
 
 /* What validation learned about one call (attention.c). Lq and Lk are the

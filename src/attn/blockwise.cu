@@ -20,6 +20,7 @@
 #include "attn/bits.h"
 #include "attn/mma.cuh"
 #include "attn/select.h"
+#include "core/launch.cuh"
 
 #include <cuda_runtime.h>
 
@@ -228,6 +229,7 @@ template <int D, int WARPS, int MW, int BF16>
 __global__ void __launch_bounds__(WARPS * 32, BW_MIN_CTAS(D, WARPS, MW))
     attn_blockwise_kernel(const attn_launch a)
 {
+    stof_grid_wait(); /* launched with PDL: the inputs are the previous kernel's outputs */
     const int WM = 16 * MW; /* query rows per warp */
     const int BM = WARPS * WM, THREADS = WARPS * 32;
     const int PITCH = D + BW_PAD, CH = D / 8;
@@ -438,7 +440,7 @@ extern "C" stof_status attn_blockwise_run(const attn_launch *a, int warps, int b
     const dim3 grid((unsigned)(a->tiles.n_trow * (a->tiles.tile_m / block_m)), (unsigned)a->heads,
                     (unsigned)a->batch);
     void *args[1] = {(void *)a};
-    STOF_CUDA_TRY(cudaLaunchKernel((const void *)v->fn, grid, dim3(32 * warps), args,
-                                   (size_t)variant_smem(v), (cudaStream_t)stream));
+    STOF_CUDA_TRY(stof_launch_pdl(a->pdl != 0, (const void *)v->fn, grid, dim3(32 * warps), args,
+                                  (size_t)variant_smem(v), (cudaStream_t)stream));
     return STOF_CUDA(cudaGetLastError());
 }

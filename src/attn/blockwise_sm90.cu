@@ -34,6 +34,8 @@
 #include "attn/bits.h"
 #include "attn/mma.cuh"
 #include "attn/select.h"
+#include "core/hopper.cuh"
+#include "core/launch.cuh"
 
 #include <cuda_runtime.h>
 
@@ -42,22 +44,6 @@
 #define SM90_BLOCK_BYTES (64 * 128) /* one 64-element column block of a 64-row tile */
 
 /* ---------------------------------------------------------------- PTX */
-
-static __device__ __forceinline__ void wgmma_fence(void)
-{
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit(void)
-{
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-
-/* Wait until at most N committed wgmma groups of this warpgroup are pending. */
-template <int N> static __device__ __forceinline__ void wgmma_wait(void)
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
 
 /* Wait until at most N committed cp.async groups of this thread are pending. */
 template <int N> static __device__ __forceinline__ void cp_async_wait(void)
@@ -72,16 +58,6 @@ static __device__ __forceinline__ void fence_proxy_async(void)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-/* A new definition of each register, ordered after the preceding asm: keeps
- * the compiler from moving uses of wgmma results above the wait that makes
- * them valid, or definitions of its inputs below the issue. */
-template <int N> static __device__ __forceinline__ void reg_fence(float (&r)[N])
-{
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        asm volatile("" : "+f"(r[i])::"memory");
-}
-
 /* Named barrier over the 128 threads of one warpgroup (id 0 is __syncthreads);
  * immediate ids, so that the CTA reserves three barriers, not sixteen. */
 static __device__ __forceinline__ void warpgroup_sync(int wg)
@@ -92,21 +68,6 @@ static __device__ __forceinline__ void warpgroup_sync(int wg)
         asm volatile("bar.sync 2, 128;\n" ::: "memory");
 }
 
-/* Shared-memory matrix descriptor (PTX ISA, "matrix descriptor"): bits 0-13
- * start address >> 4, 16-29 leading-dimension byte offset >> 4, 32-45
- * stride-dimension byte offset >> 4, 49-51 base offset (0: every tile is
- * 1024-byte aligned and offsets inside a row stay below 128 bytes), 62-63
- * layout 1 = 128-byte swizzle.
- *   K-major (Q, K): SBO = 1024, the step between 8-row groups; LBO unused
- *   (the k16 slice of one instruction stays inside a 128-byte row), set to 1.
- *   MN-major (V):   LBO = the step between 64-element column blocks along N,
- *   SBO = 1024, the step between 8-row groups along K. */
-static __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
-{
-    return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
-           ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
-}
-
 #define SM90_ACC32                                                                                 \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -115,9 +76,6 @@ static __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lb
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "             \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define SM90_OUT8(d, i)                                                                            \
-    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),    \
-        "+f"(d[i + 6]), "+f"(d[i + 7])
 #define SM90_OUT32(d) SM90_OUT8(d, 0), SM90_OUT8(d, 8), SM90_OUT8(d, 16), SM90_OUT8(d, 24)
 #define SM90_OUT64(d)                                                                              \
     SM90_OUT32(d), SM90_OUT8(d, 32), SM90_OUT8(d, 40), SM90_OUT8(d, 48), SM90_OUT8(d, 56)
@@ -375,6 +333,7 @@ template <int D, int WG, int BF16>
 __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     attn_blockwise_sm90_kernel(const attn_launch a)
 {
+    stof_grid_wait(); /* launched with PDL: the inputs are the previous kernel's outputs */
     const int BM = WG * SM90_SUB_ROWS, THREADS = WG * 128;
     const uint32_t TILE = SM90_SUB_ROWS * D * 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -555,7 +514,7 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
     const dim3 grid((unsigned)(a->tiles.n_trow * (a->tiles.tile_m / block_m)), (unsigned)a->heads,
                     (unsigned)a->batch);
     void *args[1] = {(void *)a};
-    STOF_CUDA_TRY(cudaLaunchKernel((const void *)v->fn, grid, dim3(128 * wg), args,
-                                   (size_t)variant_smem(v), (cudaStream_t)stream));
+    STOF_CUDA_TRY(stof_launch_pdl(a->pdl != 0, (const void *)v->fn, grid, dim3(128 * wg), args,
+                                  (size_t)variant_smem(v), (cudaStream_t)stream));
     return STOF_CUDA(cudaGetLastError());
 }

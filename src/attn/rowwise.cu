@@ -18,6 +18,7 @@
 #include "attn/bits.h"
 #include "attn/mma.cuh"
 #include "attn/select.h"
+#include "core/launch.cuh"
 
 #include <cuda_runtime.h>
 
@@ -121,6 +122,7 @@ template <int D, int BF16>
 __global__ void __launch_bounds__(ATTN_ROWWISE_WARPS * 32, 5)
     attn_rowwise_kernel(const attn_launch a)
 {
+    stof_grid_wait(); /* launched with PDL: the inputs are the previous kernel's outputs */
     const int PER = D / 32;
     __shared__ __align__(16) float sq_all[ATTN_ROWWISE_WARPS][D];
     const mask_tiles *t = &a.tiles;
@@ -201,7 +203,9 @@ static stof_status launch_rowwise(const attn_launch *a, cudaStream_t stream)
 {
     const dim3 grid((unsigned)((a->lq + ATTN_ROWWISE_WARPS - 1) / ATTN_ROWWISE_WARPS),
                     (unsigned)a->heads, (unsigned)a->batch);
-    attn_rowwise_kernel<D, BF16><<<grid, ATTN_ROWWISE_WARPS * 32, 0, stream>>>(*a);
+    void *args[1] = {(void *)a};
+    STOF_CUDA_TRY(stof_launch_pdl(a->pdl != 0, (const void *)attn_rowwise_kernel<D, BF16>, grid,
+                                  dim3(ATTN_ROWWISE_WARPS * 32), args, 0, stream));
     return STOF_CUDA(cudaGetLastError());
 }
 

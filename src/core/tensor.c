@@ -15,6 +15,7 @@ size_t stof_dtype_size(stof_dtype dtype)
     case STOF_BF16: return 2;
     case STOF_I32: return 4;
     case STOF_U8: return 1;
+    case STOF_I64: return 8;
     }
     return 0;
 }
@@ -27,6 +28,7 @@ const char *stof_dtype_name(stof_dtype dtype)
     case STOF_BF16: return "bf16";
     case STOF_I32: return "i32";
     case STOF_U8: return "u8";
+    case STOF_I64: return "i64";
     }
     return "unknown";
 }
@@ -172,6 +174,7 @@ float stof_load_f(const void *data, stof_dtype dtype, int64_t i)
     case STOF_BF16: return stof_bf16_to_f32(((const uint16_t *)data)[i]);
     case STOF_I32: return (float)((const int32_t *)data)[i];
     case STOF_U8: return (float)((const uint8_t *)data)[i];
+    case STOF_I64: return (float)((const int64_t *)data)[i];
     }
     return 0.0f;
 }
@@ -184,5 +187,6 @@ void stof_store_f(void *data, stof_dtype dtype, int64_t i, float v)
     case STOF_BF16: ((uint16_t *)data)[i] = stof_f32_to_bf16(v); break;
     case STOF_I32: ((int32_t *)data)[i] = (int32_t)v; break;
     case STOF_U8: ((uint8_t *)data)[i] = (uint8_t)v; break;
+    case STOF_I64: ((int64_t *)data)[i] = (int64_t)v; break;
     }
 }

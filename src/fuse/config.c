@@ -12,10 +12,12 @@
 #define ROW_BIAS_ACT(bm, bn, bk, wm, wn, st) {FUSE_TPL_GEMM_BIAS_ACT, bm, bn, bk, wm, wn, st},
 #define ROW_RES_LN(bm, bn, bk, wm, wn, st) {FUSE_TPL_GEMM_RES_LN, bm, bn, bk, wm, wn, st},
 #define ROW_CHAIN(bm, bn, bk, wm, wn, st) {FUSE_TPL_FFN_CHAIN, bm, bn, bk, wm, wn, st},
+#define ROW_SM90(bm, bn, bk, wm, wn, st) {FUSE_TPL_GEMM_SM90, bm, bn, bk, wm, wn, st},
 
 static const fuse_config gemm_bias_act_list[] = {FUSE_GEMM_BIAS_ACT_INSTANCES(ROW_BIAS_ACT)};
 static const fuse_config gemm_res_ln_list[] = {FUSE_GEMM_RES_LN_INSTANCES(ROW_RES_LN)};
 static const fuse_config ffn_chain_list[] = {FUSE_FFN_CHAIN_INSTANCES(ROW_CHAIN)};
+static const fuse_config gemm_sm90_list[] = {FUSE_GEMM_SM90_INSTANCES(ROW_SM90)};
 
 #define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -37,6 +39,7 @@ const char *fuse_tpl_name(fuse_tpl tpl)
     case FUSE_TPL_GEMM_BIAS_ACT: return "gemm_bias_act";
     case FUSE_TPL_GEMM_RES_LN: return "gemm_res_ln";
     case FUSE_TPL_FFN_CHAIN: return "ffn_chain";
+    case FUSE_TPL_GEMM_SM90: return "gemm_sm90";
     case FUSE_TPL_COUNT: break;
     }
     return "unknown";
@@ -58,6 +61,10 @@ const fuse_config *fuse_config_list(fuse_tpl tpl, int *count)
     case FUSE_TPL_FFN_CHAIN:
         list = ffn_chain_list;
         n = COUNT_OF(ffn_chain_list);
+        break;
+    case FUSE_TPL_GEMM_SM90:
+        list = gemm_sm90_list;
+        n = COUNT_OF(gemm_sm90_list);
         break;
     default: break;
     }
@@ -118,6 +125,20 @@ static stof_status check_structure(const fuse_config *c)
                      "fuse config %s: intermediate chunk %d is not a multiple of block_k %d", name,
                      c->block_n, c->block_k);
     }
+    if (c->tpl == FUSE_TPL_GEMM_SM90) {
+        /* a consumer warpgroup per 64 rows (wgmma's m64), K slices of one
+         * 128-byte swizzle atom, wgmma n up to 256 */
+        STOF_REQUIRE(c->block_m == 64 * c->warps_m && c->warps_n == 1, STOF_ERR_INVALID_ARG,
+                     "fuse config %s: block_m %d must be 64 x warps_m (%d consumer warpgroups) "
+                     "with warps_n 1 (got %d)",
+                     name, c->block_m, c->warps_m, c->warps_n);
+        STOF_REQUIRE(c->block_k == 64, STOF_ERR_INVALID_ARG,
+                     "fuse config %s: block_k %d is not 64 (one 128-byte swizzle atom)", name,
+                     c->block_k);
+        STOF_REQUIRE(c->block_n % 64 == 0, STOF_ERR_INVALID_ARG,
+                     "fuse config %s: block_n %d is not a multiple of 64 up to 256", name,
+                     c->block_n);
+    }
     return STOF_OK;
 }
 
@@ -162,6 +183,7 @@ size_t fuse_config_smem_bytes(const fuse_config *c, int n)
         return half_tile_bytes(c->block_m, n) + half_tile_bytes(c->block_m, c->block_n) +
                stages * (w1 > w2 ? w1 : w2) + 2 * (size_t)c->warps_n * c->block_m * 4;
     }
+    case FUSE_TPL_GEMM_SM90: return FUSE_SM90_SMEM_BYTES(c->block_m, c->block_n, c->stages);
     default: return 0;
     }
 }
@@ -200,6 +222,12 @@ stof_status fuse_config_check_shape(const fuse_config *c, int64_t m, int n, int 
                      "%s: intermediate size %d is not a multiple of the chunk %d", name, k,
                      c->block_n);
         break;
+    case FUSE_TPL_GEMM_SM90:
+        /* the persistent grid numbers its tiles in an int */
+        STOF_REQUIRE(stof_cdiv(m, c->block_m) * stof_cdiv(n, c->block_n) <= (int64_t)1 << 30,
+                     STOF_ERR_SHAPE, "%s: m = %lld, n = %d make more than 2^30 tiles", name,
+                     (long long)m, n);
+        break;
     default: break;
     }
     size_t need = fuse_config_smem_bytes(c, n);
@@ -209,10 +237,21 @@ stof_status fuse_config_check_shape(const fuse_config *c, int64_t m, int n, int 
     return STOF_OK;
 }
 
+bool fuse_sm90_available(const stof_ctx *ctx)
+{
+#ifdef STOF_HAVE_FUSE_SM90
+    return ctx && ctx->device == STOF_DEVICE_GPU && ctx->cc_major == 9 && ctx->cc_minor == 0;
+#else
+    (void)ctx;
+    return false;
+#endif
+}
+
 static int64_t config_ctas(const fuse_config *c, int64_t m, int n)
 {
     int64_t rows = stof_cdiv(m, c->block_m);
-    return c->tpl == FUSE_TPL_GEMM_BIAS_ACT ? rows * stof_cdiv(n, c->block_n) : rows;
+    bool tiled = c->tpl == FUSE_TPL_GEMM_BIAS_ACT || c->tpl == FUSE_TPL_GEMM_SM90;
+    return tiled ? rows * stof_cdiv(n, c->block_n) : rows;
 }
 
 fuse_config fuse_config_default(fuse_tpl tpl, int64_t m, int n, int k, int sm_count,

@@ -53,7 +53,8 @@ typedef enum fuse_tpl {
     FUSE_TPL_GEMM_BIAS_ACT = 1, /* y = act(x w^T + b) */
     FUSE_TPL_GEMM_RES_LN = 2,   /* y = LN(x w^T + b + residual): a CTA owns block_m full rows */
     FUSE_TPL_FFN_CHAIN = 3,     /* y = [LN](act(x w1^T + b1) w2^T + b2 [+ residual]) */
-    FUSE_TPL_COUNT = 4
+    FUSE_TPL_GEMM_SM90 = 4,     /* y = act(x w^T + b) with TMA + wgmma (sm_90a builds, cc 9.0) */
+    FUSE_TPL_COUNT = 5
 } fuse_tpl;
 
 const char *fuse_tpl_name(fuse_tpl tpl);
@@ -66,6 +67,13 @@ const char *fuse_tpl_name(fuse_tpl tpl);
  *                  columns at a time (its hidden size is a template parameter
  *                  too: fuse_chain_hidden_ok).
  * warps_m x warps_n warps split the tile; stages is the cp.async pipeline depth.
+ * Except for
+ *   GEMM_SM90      block_m x block_n output tile, block_k = 64 (one 128-byte
+ *                  swizzle atom of K); warps_m is the number of consumer
+ *                  warpgroups, each owning 64 rows (block_m = 64 warps_m),
+ *                  warps_n = 1; block_n a multiple of 64 up to 256; stages is
+ *                  the depth of the TMA ring in shared memory. A producer warp
+ *                  (or warpgroup) comes on top of the consumers.
  */
 typedef struct fuse_config {
     fuse_tpl tpl;
@@ -101,6 +109,12 @@ stof_status fuse_config_check_shape(const fuse_config *c, int64_t m, int n, int 
  */
 fuse_config fuse_config_default(fuse_tpl tpl, int64_t m, int n, int k, int sm_count,
                                 size_t smem_limit);
+/*
+ * True when GEMM_SM90 can run on the ctx: the library was built with its
+ * sm_90a kernels (STOF_HAVE_FUSE_SM90) and the ctx is a GPU of compute
+ * capability exactly 9.0. Elsewhere running that template gives UNSUPPORTED.
+ */
+bool fuse_sm90_available(const stof_ctx *ctx);
 /* "gemm_res_ln 32x128x32 w1x4 s3" (snprintf semantics). */
 int fuse_config_format(const fuse_config *c, char *buf, size_t cap);
 
@@ -152,7 +166,9 @@ typedef struct fuse_choice {
     int lt_algo;        /* FUSE_PATH_CUBLASLT: which of the heuristic's algorithms (0: its first) */
 } fuse_choice;
 
-/* QKV and FFN1: y = act(x w^T + b). ws feeds cuBLASLt (may be empty). */
+/* QKV and FFN1: y = act(x w^T + b). ws feeds cuBLASLt (may be empty). Path
+ * STOF runs config.tpl GEMM_SM90 when given, else GEMM_BIAS_ACT (NONE: its
+ * default). */
 stof_status fuse_linear_act(stof_ctx *ctx, const fuse_choice *choice, const fuse_linear_args *args,
                             fuse_ws ws);
 /* Attention output projection and FFN2: y = LN(x w^T + b + residual). */
@@ -168,6 +184,9 @@ stof_status fuse_ffn(stof_ctx *ctx, const fuse_choice *choice, const fuse_ffn_ar
 stof_status fuse_run_gemm_bias_act(stof_ctx *ctx, const fuse_config *c,
                                    const fuse_linear_args *args);
 stof_status fuse_run_gemm_res_ln(stof_ctx *ctx, const fuse_config *c, const fuse_linear_args *args);
+/* c NULL or tpl NONE: the default among the GEMM_SM90 configs. UNSUPPORTED
+ * where fuse_sm90_available is false. */
+stof_status fuse_run_gemm_sm90(stof_ctx *ctx, const fuse_config *c, const fuse_linear_args *args);
 stof_status fuse_run_ffn_chain(stof_ctx *ctx, const fuse_config *c, const fuse_ffn_args *args);
 
 /* ------------------------------------------------------------ cuBLASLt */

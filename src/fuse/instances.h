@@ -27,6 +27,18 @@
     X(32, 128, 32, 1, 8, 2)                                                                        \
     X(16, 64, 32, 1, 4, 3)
 
+/* Hopper (sm_90a): block_m = 64 x warps_m (consumer warpgroups, 64 rows
+ * each), block_k 64 (one 128-byte swizzle atom), warps_n 1. The 128x128 tile
+ * with 3 stages leaves room for two CTAs per SM. */
+#define FUSE_GEMM_SM90_INSTANCES(X)                                                                \
+    X(128, 256, 64, 2, 1, 4)                                                                       \
+    X(128, 128, 64, 2, 1, 3)
+
+/* Its shared memory: the stages of x and w tiles (rows of 128 bytes), a full
+ * and an empty mbarrier per stage, and slack to align the tiles to 1024 bytes. */
+#define FUSE_SM90_SMEM_BYTES(bm, bn, stages)                                                       \
+    ((size_t)(stages) * ((bm) + (bn)) * 128 + (size_t)(stages)*16 + 1024)
+
 /* Hidden sizes the chain is compiled for (its output row lives in registers). */
 #define FUSE_FFN_CHAIN_HIDDENS(X) X(384) X(768) X(1024)
 

@@ -11,6 +11,7 @@
  */
 #include "fuse/internal.h"
 #include "fuse/mma.cuh"
+#include "core/launch.cuh"
 
 static __device__ __forceinline__ float warp_sum(float v)
 {
@@ -84,6 +85,7 @@ template <typename T>
 __global__ void bias_act_kernel(const T *x, const T *__restrict__ bias, T *y, int64_t nvec,
                                 int row_vecs, int act)
 {
+    stof_grid_wait(); /* launched with PDL after the GEMM that wrote x */
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nvec;
          i += (int64_t)gridDim.x * blockDim.x) {
         float v[8];
@@ -110,8 +112,13 @@ static stof_status launch_bias_act_t(stof_ctx *ctx, int64_t m, int n, const void
     int64_t blocks = stof_cdiv(nvec, 256);
     int64_t cap = (int64_t)ctx->sm_count * 8;
     if (blocks > cap) blocks = cap;
-    bias_act_kernel<T><<<(unsigned)blocks, 256, 0, (cudaStream_t)ctx->stream>>>(
-        (const T *)x, (const T *)bias, (T *)y, nvec, n / 8, (int)act);
+    const T *xt = (const T *)x, *bt = (const T *)bias;
+    T *yt = (T *)y;
+    int row_vecs = n / 8, a = (int)act;
+    void *args[] = {&xt, &bt, &yt, &nvec, &row_vecs, &a};
+    STOF_CUDA_TRY(stof_launch_pdl(ctx->cc_major >= 9, (const void *)bias_act_kernel<T>,
+                                  dim3((unsigned)blocks), dim3(256), args, 0,
+                                  (cudaStream_t)ctx->stream));
     return STOF_CUDA(cudaGetLastError());
 }
 
@@ -130,6 +137,7 @@ __global__ void layernorm_kernel(const T *x, const T *__restrict__ bias, const T
                                  int64_t rows, int cols, float eps)
 {
     __shared__ float red[TPR / 32];
+    stof_grid_wait(); /* launched with PDL after the GEMM that wrote x */
     const int64_t row = (int64_t)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
     const int lane = threadIdx.x % TPR;
     if (row >= rows) return; /* a whole row group leaves together */
@@ -171,10 +179,13 @@ static stof_status launch_layernorm_tv(stof_ctx *ctx, int64_t rows, int cols, co
 {
     const int threads = TPR == 32 ? 128 : TPR;
     const int rows_per_block = threads / TPR;
-    layernorm_kernel<T, TPR, VPL>
-        <<<(unsigned)stof_cdiv(rows, rows_per_block), threads, 0, (cudaStream_t)ctx->stream>>>(
-            (const T *)x, (const T *)bias, (const T *)residual, (const T *)gamma, (const T *)beta,
-            (T *)y, rows, cols, eps);
+    const T *xt = (const T *)x, *bt = (const T *)bias, *rt = (const T *)residual,
+            *gt = (const T *)gamma, *et = (const T *)beta;
+    T *yt = (T *)y;
+    void *args[] = {&xt, &bt, &rt, &gt, &et, &yt, &rows, &cols, &eps};
+    STOF_CUDA_TRY(stof_launch_pdl(ctx->cc_major >= 9, (const void *)layernorm_kernel<T, TPR, VPL>,
+                                  dim3((unsigned)stof_cdiv(rows, rows_per_block)), dim3(threads),
+                                  args, 0, (cudaStream_t)ctx->stream));
     return STOF_CUDA(cudaGetLastError());
 }
 
@@ -215,6 +226,7 @@ __global__ void embeddings_kernel(const int32_t *__restrict__ ids,
                                   int64_t tokens, T *__restrict__ out)
 {
     __shared__ float red[TPR / 32];
+    stof_grid_wait(); /* launched with PDL after the GEMM that wrote x */
     const int64_t row = (int64_t)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
     const int lane = threadIdx.x % TPR;
     if (row >= tokens) return;

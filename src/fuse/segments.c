@@ -5,6 +5,9 @@
  * choice (rules now, the tuner later); a template config left NONE is picked
  * by fuse_config_default.
  *
+ * Linear + act has two templates: GEMM_BIAS_ACT (any GPU) and GEMM_SM90
+ * (Hopper), the latter run only when the choice names one of its configs.
+ *
  * The cuBLASLt paths: linear + act uses the bias / ReLU / tanh-GELU
  * epilogues, and for exact GELU a plain GEMM followed by fuse_bias_act;
  * linear + residual + LayerNorm adds bias and residual in the GEMM epilogue
@@ -119,6 +122,29 @@ stof_status fuse_run_gemm_res_ln(stof_ctx *ctx, const fuse_config *c, const fuse
     return fuse_launch_gemm_res_ln(ctx, &cfg, args);
 }
 
+#ifdef STOF_HAVE_FUSE_SM90
+#define SM90_BUILT "its kernels are built"
+#else
+#define SM90_BUILT "this build has no sm_90a kernels (STOF_CUDA_ARCHS did not name 90)"
+#endif
+
+stof_status fuse_run_gemm_sm90(stof_ctx *ctx, const fuse_config *c, const fuse_linear_args *args)
+{
+    const char *what = "fuse_run_gemm_sm90";
+    STOF_TRY(check_linear(ctx, args, false, what));
+    STOF_REQUIRE(fuse_sm90_available(ctx), STOF_ERR_UNSUPPORTED,
+                 "%s: the gemm_sm90 template runs on compute capability 9.0 GPUs only; this is "
+                 "%s (cc %d.%d) and " SM90_BUILT,
+                 what, ctx->device_name, ctx->cc_major, ctx->cc_minor);
+    fuse_config cfg;
+    STOF_TRY(resolve_config(ctx, c, FUSE_TPL_GEMM_SM90, args->m, args->n, args->k, what, &cfg));
+#ifdef STOF_HAVE_FUSE_SM90
+    return fuse_launch_gemm_sm90(ctx, &cfg, args);
+#else
+    return stof_error(STOF_ERR_INTERNAL, "%s: no sm_90a kernels to run", what);
+#endif
+}
+
 stof_status fuse_run_ffn_chain(stof_ctx *ctx, const fuse_config *c, const fuse_ffn_args *args)
 {
     const char *what = "fuse_run_ffn_chain";
@@ -163,7 +189,11 @@ stof_status fuse_linear_act(stof_ctx *ctx, const fuse_choice *choice, const fuse
 {
     const char *what = "fuse_linear_act";
     STOF_TRY(check_path(choice, what));
-    if (choice->path == FUSE_PATH_STOF) return fuse_run_gemm_bias_act(ctx, &choice->config, args);
+    if (choice->path == FUSE_PATH_STOF) {
+        if (choice->config.tpl == FUSE_TPL_GEMM_SM90)
+            return fuse_run_gemm_sm90(ctx, &choice->config, args);
+        return fuse_run_gemm_bias_act(ctx, &choice->config, args);
+    }
     STOF_TRY(check_linear(ctx, args, false, what));
     fuse_linear_args a = *args;
     a.lt_algo = choice->lt_algo;

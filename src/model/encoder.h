@@ -39,8 +39,8 @@ typedef struct enc_request {
     const int32_t *cu_seqlens;  /* host [B + 1] */
     int64_t tokens;             /* T = cu_seqlens[B] */
     const stof_mask_spec *mask; /* NULL: every pair */
-    const stof_tensor *ids;     /* I32 [B, L]: host, or device on a GPU context */
-    const stof_tensor *types;   /* I32 [B, L] like ids, or NULL (type 0) */
+    const stof_tensor *ids;     /* I32 or I64 [B, L]: host, or device on a GPU context */
+    const stof_tensor *types;   /* like ids, or NULL (type 0) */
     stof_tensor *hidden;        /* [B, L, hidden], contiguous, or NULL */
     stof_tensor *pooled;        /* F32 [B, hidden], contiguous, or NULL */
     bool eager;                 /* GPU: launch kernel by kernel, no CUDA graph */
@@ -48,10 +48,12 @@ typedef struct enc_request {
                                      tuning cache's, else the rules */
 } enc_request;
 
-/* Element (b, i) of an I32 [B, L] host tensor (any strides). */
-static inline int32_t enc_i32_at(const stof_tensor *t, int64_t b, int64_t i)
+/* Element (b, i) of an I32 or I64 [B, L] host tensor (any strides). */
+static inline int64_t enc_token_at(const stof_tensor *t, int64_t b, int64_t i)
 {
-    return ((const int32_t *)t->data)[b * t->stride[0] + i * t->stride[1]];
+    int64_t off = b * t->stride[0] + i * t->stride[1];
+    if (t->dtype == STOF_I64) return ((const int64_t *)t->data)[off];
+    return ((const int32_t *)t->data)[off];
 }
 
 /* ---- model.c */
@@ -73,6 +75,15 @@ void enc_cpu_ws_free(enc_cpu_ws *ws);
 stof_status enc_gpu_create(stof_model *m);
 void enc_gpu_destroy(enc_gpu *g);
 stof_status enc_gpu_forward(stof_model *m, const enc_request *r);
+/*
+ * The lengths of a forward whose lengths, attention mask, ids or types are in
+ * device memory, into lens [B] (host): one scan kernel and one read back. mask
+ * (a device attention mask) or lengths (device) give them; with neither, lens
+ * holds them on entry. Device ids and types are range-checked for those
+ * lengths. Errors name the first offending element.
+ */
+stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor *mask,
+                         const stof_tensor *lengths, int32_t *lens);
 /* Whether the GPU path can run this model (head dim, widths); the message says why not. */
 stof_status enc_gpu_supports(const bert_config *c);
 /* Where tuned plans come from: path (NULL or "": the default file), or none when off. */
@@ -104,10 +115,37 @@ stof_status enc_cls_pool(stof_ctx *ctx, stof_dtype dtype, const void *x, const i
                          int batch, int hidden, int64_t tokens, float *out);
 /* Each row of x [rows, cols] divided by max(its L2 norm, 1e-12). */
 stof_status enc_l2_normalize(stof_ctx *ctx, float *x, int rows, int cols);
-/* report[0] / report[1] <- the first packed token whose id / type is out of
- * range, or INT32_MAX (ids or types may be NULL: not checked). */
-stof_status enc_check_tokens(stof_ctx *ctx, const int32_t *ids, const int32_t *types,
-                             int64_t tokens, int vocab, int type_vocab, int32_t *report);
+/* The device inputs of one forward, scanned once before the batch is planned. */
+enum {
+    ENC_SCAN_LENGTH = 0,          /* the length (from the mask, or as given) */
+    ENC_SCAN_MASK_VALUE,          /* first mask position holding neither 0 nor 1 */
+    ENC_SCAN_MASK_ONE_AFTER_ZERO, /* the first position holding 1 after the first 0 */
+    ENC_SCAN_ID,                  /* first position < length with an id out of range */
+    ENC_SCAN_TYPE,                /* the same for token types */
+    ENC_SCAN_MASK_VALUE_AT,       /* the offending values, 64-bit as (low, high) words */
+    ENC_SCAN_ID_VALUE = ENC_SCAN_MASK_VALUE_AT + 2,
+    ENC_SCAN_TYPE_VALUE = ENC_SCAN_ID_VALUE + 2,
+    ENC_SCAN_WORDS = ENC_SCAN_TYPE_VALUE + 2 /* int32 words per sequence; "none" is INT32_MAX */
+};
+
+typedef struct enc_scan_args {
+    int batch, len;
+    const void *mask; /* device [B, L] contiguous, I32 / I64 / U8; or NULL */
+    stof_dtype mask_dtype;
+    const int32_t *lengths; /* device [B], read when mask is NULL */
+    const void *ids, *types; /* device [B, L] contiguous I32 / I64, or NULL: not checked */
+    stof_dtype ids_dtype, types_dtype;
+    int vocab, type_vocab;
+    int32_t *report; /* device [B][ENC_SCAN_WORDS] */
+} enc_scan_args;
+
+stof_status enc_scan_inputs(stof_ctx *ctx, const enc_scan_args *a);
+/* dst[cu[b] + i] = src[b, i] as I32 for the real tokens of each sequence; src
+ * is a contiguous device [B, L] I32 or I64 tensor; rows at or past cap are
+ * never written. */
+stof_status enc_pack_tokens(stof_ctx *ctx, const void *src, stof_dtype dtype,
+                            const int32_t *cu_seqlens, int batch, int len, int32_t *dst,
+                            int64_t cap);
 
 #ifdef __cplusplus
 }

@@ -100,9 +100,9 @@ static void pack_inputs(const enc_request *r, enc_cpu_ws *ws)
     for (int b = 0; b < r->batch; b++) {
         int64_t t0 = r->cu_seqlens[b];
         for (int i = 0; i < r->lengths[b]; i++) {
-            ws->ids[t0 + i] = enc_i32_at(r->ids, b, i);
+            ws->ids[t0 + i] = (int32_t)enc_token_at(r->ids, b, i);
             ws->pos[t0 + i] = i;
-            ws->types[t0 + i] = r->types ? enc_i32_at(r->types, b, i) : 0;
+            ws->types[t0 + i] = r->types ? (int32_t)enc_token_at(r->types, b, i) : 0;
         }
     }
 }

@@ -96,11 +96,15 @@ struct enc_gpu {
     int32_t *in; /* cu_seqlens | ids | types | positions, laid out per forward */
     void *x, *qkv, *attn, *inter;
     float *pooled;
-    int32_t *report;
+    int32_t *report; /* the input scan: [cap_batch][ENC_SCAN_WORDS], then [cap_batch] lengths */
     fuse_ws lt;
-    /* host staging of the packed inputs */
+    /* pinned host staging of the packed inputs; stage_event marks the end of
+     * the last copy out of it */
     int32_t *stage;
     int64_t stage_cap;
+    void *stage_event;
+    bool stage_busy;
+    int32_t *host_report; /* pinned [cap_batch][ENC_SCAN_WORDS] */
     enc_graph graphs[ENC_GRAPHS];
     uint64_t clock;
     void *capture_stream; /* cudaStream_t graphs are captured on (made on first use) */
@@ -272,7 +276,9 @@ void enc_gpu_destroy(enc_gpu *g)
     if (g->ws) stof_dev_free(g->ctx, g->ws);
     stof_mask_spec_destroy(g->full);
     free(g->layers);
-    free(g->stage);
+    if (g->stage_event) cudaEventDestroy((cudaEvent_t)g->stage_event);
+    if (g->stage) cudaFreeHost(g->stage);
+    if (g->host_report) cudaFreeHost(g->host_report);
     free(g);
 }
 
@@ -296,12 +302,16 @@ static stof_status ws_reserve(stof_model *m, int B, int L)
     size_t o_inter = o_attn + align256((size_t)tokens * H * es);
     size_t o_pool = o_inter + align256((size_t)tokens * (size_t)info->intermediate * es);
     size_t o_rep = o_pool + align256((size_t)batch * H * 4);
-    size_t o_lt = o_rep + 256;
+    size_t o_lt = o_rep + align256((size_t)batch * (ENC_SCAN_WORDS + 1) * 4);
     size_t total = o_lt + FUSE_LT_WORKSPACE_BYTES;
     if (g->ws) stof_dev_free(g->ctx, g->ws);
     g->ws = NULL;
     g->cap_tokens = 0;
     g->cap_batch = 0;
+    if (g->host_report) cudaFreeHost(g->host_report);
+    g->host_report = NULL;
+    STOF_CUDA_TRY(cudaMallocHost((void **)&g->host_report,
+                                 (size_t)batch * ENC_SCAN_WORDS * sizeof(int32_t)));
     STOF_TRY(stof_dev_alloc(g->ctx, total, &g->ws));
     char *base = (char *)g->ws;
     g->in = (int32_t *)(base + o_in);
@@ -324,12 +334,47 @@ static stof_status ws_reserve(stof_model *m, int B, int L)
 
 /* ---------------------------------------------------------------- inputs */
 
+/* The pinned stage, at least n words, free of pending copies. */
+static stof_status stage_reserve(enc_gpu *g, int64_t n)
+{
+    if (g->stage_busy) {
+        STOF_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)g->stage_event));
+        g->stage_busy = false;
+    }
+    if (n <= g->stage_cap) return STOF_OK;
+    if (g->stage) cudaFreeHost(g->stage);
+    g->stage = NULL;
+    g->stage_cap = 0;
+    if (n < 4096) n = 4096;
+    STOF_CUDA_TRY(cudaMallocHost((void **)&g->stage, (size_t)n * sizeof(int32_t)));
+    g->stage_cap = n;
+    return STOF_OK;
+}
+
+/* dst <- the stage's first n words, asynchronously; the stage is busy until then. */
+static stof_status stage_upload(stof_model *m, void *dst, int64_t n)
+{
+    enc_gpu *g = m->gpu;
+    cudaStream_t s = (cudaStream_t)m->ctx->stream;
+    if (!g->stage_event) {
+        cudaEvent_t e = NULL;
+        STOF_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        g->stage_event = e;
+    }
+    STOF_CUDA_TRY(
+        cudaMemcpyAsync(dst, g->stage, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    STOF_CUDA_TRY(cudaEventRecord((cudaEvent_t)g->stage_event, s));
+    g->stage_busy = true;
+    return STOF_OK;
+}
+
 /*
  * cu_seqlens, the lengths, and the packed ids, types and positions of host
- * tensors go up in one copy; ids or types in device memory are packed there.
- * Layout of g->in for this forward: cu [B + 1] | lens [B] | ids [Tb] |
- * types [Tb] | positions [Tb], each part starting on 16 bytes; rows past T
- * hold token 0, type 0 at position 0.
+ * tensors go up in one asynchronous copy from pinned memory; ids or types in
+ * device memory are packed there (I64 narrowed to I32; their values were
+ * checked by the input scan). Layout of g->in for this forward: cu [B + 1] |
+ * lens [B] | ids [Tb] | types [Tb] | positions [Tb], each part starting on 16
+ * bytes; rows past T hold token 0, type 0 at position 0.
  */
 static stof_status upload_inputs(stof_model *m, const enc_request *r, int64_t rows, dev_inputs *in)
 {
@@ -339,13 +384,7 @@ static stof_status upload_inputs(stof_model *m, const enc_request *r, int64_t ro
     int64_t o_lens = align4(B + 1), o_ids = o_lens + align4(B), o_types = o_ids + align4(rows),
             o_pos = o_types + align4(rows);
     int64_t end = o_pos + rows;
-    if (end > g->stage_cap) {
-        free(g->stage);
-        g->stage = NULL;
-        g->stage_cap = 0;
-        STOF_TRY(stof_host_alloc((size_t)end * sizeof(int32_t), (void **)&g->stage));
-        g->stage_cap = end;
-    }
+    STOF_TRY(stage_reserve(g, end));
     int32_t *st = g->stage;
     memcpy(st, r->cu_seqlens, (size_t)(B + 1) * sizeof(int32_t));
     memcpy(st + o_lens, r->lengths, (size_t)B * sizeof(int32_t));
@@ -354,8 +393,8 @@ static stof_status upload_inputs(stof_model *m, const enc_request *r, int64_t ro
     for (int b = 0; b < B; b++) {
         int64_t t0 = r->cu_seqlens[b];
         for (int i = 0; i < r->lengths[b]; i++) {
-            if (host_ids) st[o_ids + t0 + i] = enc_i32_at(r->ids, b, i);
-            if (host_types) st[o_types + t0 + i] = enc_i32_at(r->types, b, i);
+            if (host_ids) st[o_ids + t0 + i] = (int32_t)enc_token_at(r->ids, b, i);
+            if (host_types) st[o_types + t0 + i] = (int32_t)enc_token_at(r->types, b, i);
             st[o_pos + t0 + i] = i;
         }
     }
@@ -367,63 +406,89 @@ static stof_status upload_inputs(stof_model *m, const enc_request *r, int64_t ro
     in->types = r->types ? g->in + o_types : NULL;
     in->pos = g->in + o_pos;
     in->rows = rows;
-    /* A pageable source is staged before cudaMemcpyAsync returns: the stage can be reused. */
-    STOF_CUDA_TRY(cudaMemcpyAsync(g->in, st, (size_t)end * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                  (cudaStream_t)m->ctx->stream));
+    STOF_TRY(stage_upload(m, g->in, end));
     if (!host_ids)
-        STOF_TRY(fuse_pack(m->ctx, STOF_I32, r->ids->data, in->cu, B, r->len, 1, in->ids, T));
+        STOF_TRY(enc_pack_tokens(m->ctx, r->ids->data, r->ids->dtype, in->cu, B, r->len, in->ids,
+                                 T));
     if (r->types && !host_types)
-        STOF_TRY(fuse_pack(m->ctx, STOF_I32, r->types->data, in->cu, B, r->len, 1, in->types, T));
+        STOF_TRY(enc_pack_tokens(m->ctx, r->types->data, r->types->dtype, in->cu, B, r->len,
+                                 in->types, T));
     return STOF_OK;
 }
 
-/* Packed token t -> (sequence, position). */
-static void token_position(const enc_request *r, int64_t t, int *b, int *i)
+static long long get64(const int32_t *w)
 {
-    int s = 0;
-    while (s + 1 < r->batch && r->cu_seqlens[s + 1] <= t)
-        s++;
-    *b = s;
-    *i = (int)(t - r->cu_seqlens[s]);
+    return (long long)(((uint64_t)(uint32_t)w[1] << 32) | (uint32_t)w[0]);
 }
 
-static stof_status read_token(stof_ctx *ctx, const int32_t *src, int32_t *out)
+/* The first problem the scan of sequence b reports, as an error; OK when none. */
+static stof_status scan_problem(const stof_model *m, const enc_request *r, int b, const int32_t *w)
 {
-    STOF_CUDA_TRY(
-        cudaMemcpyAsync(out, src, sizeof *out, cudaMemcpyDeviceToHost, (cudaStream_t)ctx->stream));
-    STOF_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)ctx->stream));
-    return STOF_OK;
-}
-
-/* Ids and types that came in device memory, checked there (one small read back). */
-static stof_status check_device_tokens(stof_model *m, const enc_request *r, const dev_inputs *in)
-{
-    const int32_t *ids = r->ids->memory == STOF_MEM_DEVICE ? in->ids : NULL;
-    const int32_t *types = r->types && r->types->memory == STOF_MEM_DEVICE ? in->types : NULL;
-    if (!ids && !types) return STOF_OK;
-    stof_ctx *ctx = m->ctx;
     const stof_model_info *info = &m->info;
-    STOF_TRY(enc_check_tokens(ctx, ids, types, r->tokens, info->vocab, info->type_vocab,
-                              m->gpu->report));
-    int32_t rep[2];
-    STOF_CUDA_TRY(cudaMemcpyAsync(rep, m->gpu->report, sizeof rep, cudaMemcpyDeviceToHost,
-                                  (cudaStream_t)ctx->stream));
-    STOF_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)ctx->stream));
-    int b, i;
-    int32_t v;
-    if (rep[0] < r->tokens) {
-        token_position(r, rep[0], &b, &i);
-        STOF_TRY(read_token(ctx, in->ids + rep[0], &v));
-        return stof_error(STOF_ERR_INVALID_ARG,
-                          "ids[%d, %d] = %d is outside the vocabulary [0, %d)", b, i, (int)v,
-                          info->vocab);
+    STOF_REQUIRE(w[ENC_SCAN_MASK_VALUE] == INT32_MAX, STOF_ERR_INVALID_ARG,
+                 "attention_mask[%d, %d] = %lld; it must hold only 0 and 1", b,
+                 (int)w[ENC_SCAN_MASK_VALUE], get64(w + ENC_SCAN_MASK_VALUE_AT));
+    STOF_REQUIRE(w[ENC_SCAN_MASK_ONE_AFTER_ZERO] == INT32_MAX, STOF_ERR_INVALID_ARG,
+                 "attention_mask row %d has a 1 at %d after a 0 at %d: stof runs right-padded "
+                 "batches (re-pad left-padded input on the right)",
+                 b, (int)w[ENC_SCAN_MASK_ONE_AFTER_ZERO], (int)w[ENC_SCAN_LENGTH]);
+    int32_t len = w[ENC_SCAN_LENGTH];
+    STOF_REQUIRE(len >= 0 && len <= r->len, STOF_ERR_INVALID_ARG,
+                 "lengths[%d] = %d is outside [0, L = %d]", b, (int)len, r->len);
+    STOF_REQUIRE(w[ENC_SCAN_ID] == INT32_MAX, STOF_ERR_INVALID_ARG,
+                 "ids[%d, %d] = %lld is outside the vocabulary [0, %d)", b, (int)w[ENC_SCAN_ID],
+                 get64(w + ENC_SCAN_ID_VALUE), info->vocab);
+    STOF_REQUIRE(w[ENC_SCAN_TYPE] == INT32_MAX, STOF_ERR_INVALID_ARG,
+                 "token_types[%d, %d] = %lld is outside [0, type_vocab_size = %d)", b,
+                 (int)w[ENC_SCAN_TYPE], get64(w + ENC_SCAN_TYPE_VALUE), info->type_vocab);
+    return STOF_OK;
+}
+
+stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor *mask,
+                         const stof_tensor *lengths, int32_t *lens)
+{
+    enc_gpu *g = m->gpu;
+    int B = r->batch;
+    STOF_REQUIRE(B <= 65535, STOF_ERR_UNSUPPORTED,
+                 "batch %d: the GPU encoder takes at most 65535 sequences", B);
+    if (B == 0) return STOF_OK;
+    STOF_TRY(ws_reserve(m, B, r->len));
+    cudaStream_t s = (cudaStream_t)m->ctx->stream;
+    enc_scan_args a;
+    memset(&a, 0, sizeof a);
+    a.batch = B;
+    a.len = r->len;
+    a.report = g->report;
+    if (mask) {
+        a.mask = mask->data;
+        a.mask_dtype = mask->dtype;
+    } else if (lengths) {
+        a.lengths = (const int32_t *)lengths->data;
+    } else { /* host lengths: up through the stage */
+        int32_t *dev = g->report + (int64_t)g->cap_batch * ENC_SCAN_WORDS;
+        STOF_TRY(stage_reserve(g, B));
+        memcpy(g->stage, lens, (size_t)B * sizeof(int32_t));
+        STOF_TRY(stage_upload(m, dev, B));
+        a.lengths = dev;
     }
-    if (rep[1] < r->tokens) {
-        token_position(r, rep[1], &b, &i);
-        STOF_TRY(read_token(ctx, in->types + rep[1], &v));
-        return stof_error(STOF_ERR_INVALID_ARG,
-                          "token_types[%d, %d] = %d is outside [0, type_vocab_size = %d)", b, i,
-                          (int)v, info->type_vocab);
+    if (r->ids->memory == STOF_MEM_DEVICE) {
+        a.ids = r->ids->data;
+        a.ids_dtype = r->ids->dtype;
+    }
+    if (r->types && r->types->memory == STOF_MEM_DEVICE) {
+        a.types = r->types->data;
+        a.types_dtype = r->types->dtype;
+    }
+    a.vocab = m->info.vocab;
+    a.type_vocab = m->info.type_vocab;
+    STOF_TRY(enc_scan_inputs(m->ctx, &a));
+    size_t bytes = (size_t)B * ENC_SCAN_WORDS * sizeof(int32_t);
+    STOF_CUDA_TRY(cudaMemcpyAsync(g->host_report, g->report, bytes, cudaMemcpyDeviceToHost, s));
+    STOF_CUDA_TRY(cudaStreamSynchronize(s));
+    for (int b = 0; b < B; b++) {
+        const int32_t *w = g->host_report + (int64_t)b * ENC_SCAN_WORDS;
+        STOF_TRY(scan_problem(m, r, b, w));
+        lens[b] = w[ENC_SCAN_LENGTH];
     }
     return STOF_OK;
 }
@@ -501,13 +566,16 @@ static layer_plan plan_rules(void)
     return p;
 }
 
+/* A tuned segment; tpl is the segment's template (the linear + act segments
+ * may name the Hopper GEMM instead, which runs the same operation). */
 static fuse_choice choice_from_seg(const tune_seg *t, fuse_tpl tpl)
 {
     if (t->path == 0) return lt_choice(t->algo);
     fuse_choice c;
     memset(&c, 0, sizeof c);
     c.path = FUSE_PATH_STOF;
-    c.config.tpl = tpl;
+    c.config.tpl =
+        tpl == FUSE_TPL_GEMM_BIAS_ACT && t->tpl == FUSE_TPL_GEMM_SM90 ? FUSE_TPL_GEMM_SM90 : tpl;
     c.config.block_m = t->block_m;
     c.config.block_n = t->block_n;
     c.config.block_k = t->block_k;
@@ -991,7 +1059,6 @@ stof_status enc_gpu_forward(stof_model *m, const enc_request *r)
     if (rows > (int64_t)r->batch * r->len) rows = (int64_t)r->batch * r->len;
     dev_inputs in;
     STOF_TRY(upload_inputs(m, r, rows, &in));
-    STOF_TRY(check_device_tokens(m, r, &in));
     char *text = format_mask(m->gpu, r->mask);
     layer_plan p = plan_for(m, r, rows, text);
     bool done = false;

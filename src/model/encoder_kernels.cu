@@ -1,18 +1,21 @@
 /*
  * encoder_kernels.cu — the few small kernels the GPU encoder needs beside
  * src/fuse: widening the last hidden state to f32, CLS pooling, L2
- * normalisation of pooled rows, and the range check of token ids and types
- * that arrive in device memory.
+ * normalisation of pooled rows, and the inputs that arrive in device memory:
+ * one scan that derives the lengths (from an attention mask) and range-checks
+ * ids and types, and the packing of ids and types (I32 or I64) into I32.
  *
- * The one non-obvious choice: the token check reports the first offending
- * packed token through atomicMin, so the host reads back eight bytes and can
- * still name the exact (sequence, position) and value in its message.
+ * The one non-obvious choice: the scan reports, per sequence, the first
+ * offending position and its value, so the host reads back a few words per
+ * sequence in one copy and can still name the exact element in its message.
  */
 #include "model/encoder.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <stdint.h>
 
 static __device__ __forceinline__ float load_half(const void *p, int64_t i, int bf16)
 {
@@ -97,38 +100,108 @@ extern "C" stof_status enc_l2_normalize(stof_ctx *ctx, float *x, int rows, int c
     return launched("l2_normalize_kernel");
 }
 
-/* ---------------------------------------------------------------- token check */
+/* ---------------------------------------------------------------- inputs */
 
-/* report[0]: first packed token whose id is outside [0, vocab); report[1]: the
- * same for types (ids or types may be NULL). Entries start at INT32_MAX. */
-static __global__ void check_tokens_kernel(const int32_t *ids, const int32_t *types, int64_t tokens,
-                                           int vocab, int type_vocab, int32_t *report)
+static __device__ __forceinline__ long long load_int(const void *p, int dtype, int64_t i)
 {
-    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < tokens;
-         t += (int64_t)gridDim.x * blockDim.x) {
-        if (ids) {
-            const int32_t id = ids[t];
-            if (id < 0 || id >= vocab) atomicMin(&report[0], (int32_t)t);
+    if (dtype == STOF_I64) return ((const long long *)p)[i];
+    if (dtype == STOF_U8) return ((const unsigned char *)p)[i];
+    return ((const int *)p)[i];
+}
+
+static __device__ __forceinline__ void put64(int32_t *w, long long v)
+{
+    w[0] = (int32_t)(unsigned)(unsigned long long)v;
+    w[1] = (int32_t)(unsigned)((unsigned long long)v >> 32);
+}
+
+/*
+ * One CTA per sequence b. The length comes from the attention mask (the first
+ * 0 of the row; the row is valid when no 1 follows it and every value is 0 or
+ * 1), from device lengths, or from host lengths uploaded into the report's
+ * input slots. Then every id and type before that length is range-checked.
+ * Positions are reduced with shared atomics: the first value that is neither
+ * 0 nor 1, the first 0, the first 1 after it.
+ */
+static __global__ void scan_inputs_kernel(enc_scan_args a)
+{
+    __shared__ int first_zero, one_after, bad_value, bad_id, bad_type;
+    const int b = blockIdx.x;
+    const int64_t row = (int64_t)b * a.len;
+    if (threadIdx.x == 0) {
+        first_zero = a.len;
+        one_after = INT32_MAX;
+        bad_value = bad_id = bad_type = INT32_MAX;
+    }
+    __syncthreads();
+    int32_t *rep = a.report + (int64_t)b * ENC_SCAN_WORDS;
+    int length;
+    if (a.mask) {
+        for (int i = threadIdx.x; i < a.len; i += blockDim.x) {
+            const long long v = load_int(a.mask, a.mask_dtype, row + i);
+            if (v == 0)
+                atomicMin(&first_zero, i);
+            else if (v != 1)
+                atomicMin(&bad_value, i);
         }
-        if (types) {
-            const int32_t ty = types[t];
-            if (ty < 0 || ty >= type_vocab) atomicMin(&report[1], (int32_t)t);
+        __syncthreads();
+        length = first_zero;
+        for (int i = length + 1 + threadIdx.x; i < a.len; i += blockDim.x)
+            if (load_int(a.mask, a.mask_dtype, row + i) == 1) atomicMin(&one_after, i);
+    } else {
+        length = a.lengths[b];
+    }
+    const int upto = length < 0 ? 0 : length > a.len ? a.len : length;
+    for (int i = threadIdx.x; i < upto; i += blockDim.x) {
+        if (a.ids) {
+            const long long id = load_int(a.ids, a.ids_dtype, row + i);
+            if (id < 0 || id >= a.vocab) atomicMin(&bad_id, i);
         }
+        if (a.types) {
+            const long long ty = load_int(a.types, a.types_dtype, row + i);
+            if (ty < 0 || ty >= a.type_vocab) atomicMin(&bad_type, i);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        rep[ENC_SCAN_LENGTH] = length;
+        rep[ENC_SCAN_MASK_VALUE] = bad_value;
+        rep[ENC_SCAN_MASK_ONE_AFTER_ZERO] = one_after;
+        rep[ENC_SCAN_ID] = bad_id;
+        rep[ENC_SCAN_TYPE] = bad_type;
+        put64(rep + ENC_SCAN_MASK_VALUE_AT,
+              bad_value < a.len ? load_int(a.mask, a.mask_dtype, row + bad_value) : 0);
+        put64(rep + ENC_SCAN_ID_VALUE, bad_id < upto ? load_int(a.ids, a.ids_dtype, row + bad_id) : 0);
+        put64(rep + ENC_SCAN_TYPE_VALUE,
+              bad_type < upto ? load_int(a.types, a.types_dtype, row + bad_type) : 0);
     }
 }
 
-static __global__ void report_reset_kernel(int32_t *report)
+extern "C" stof_status enc_scan_inputs(stof_ctx *ctx, const enc_scan_args *a)
 {
-    if (threadIdx.x < 2) report[threadIdx.x] = 0x7fffffff;
+    scan_inputs_kernel<<<a->batch, 256, 0, (cudaStream_t)ctx->stream>>>(*a);
+    return launched("scan_inputs_kernel");
 }
 
-extern "C" stof_status enc_check_tokens(stof_ctx *ctx, const int32_t *ids, const int32_t *types,
-                                        int64_t tokens, int vocab, int type_vocab, int32_t *report)
+/* dst[cu[b] + i] = src[b, i] for i < cu[b + 1] - cu[b] (at most len, never past cap). */
+static __global__ void pack_tokens_kernel(const void *src, int dtype, const int32_t *cu, int len,
+                                          int64_t cap, int32_t *dst)
 {
-    cudaStream_t s = (cudaStream_t)ctx->stream;
-    report_reset_kernel<<<1, 32, 0, s>>>(report);
-    STOF_TRY(launched("report_reset_kernel"));
-    check_tokens_kernel<<<grid_for(tokens, 256), 256, 0, s>>>(ids, types, tokens, vocab, type_vocab,
-                                                              report);
-    return launched("check_tokens_kernel");
+    const int b = blockIdx.y;
+    const int64_t t0 = cu[b];
+    int n = cu[b + 1] - cu[b];
+    n = n < 0 ? 0 : n > len ? len : n;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        if (t0 + i >= 0 && t0 + i < cap) dst[t0 + i] = (int32_t)load_int(src, dtype, (int64_t)b * len + i);
+}
+
+extern "C" stof_status enc_pack_tokens(stof_ctx *ctx, const void *src, stof_dtype dtype,
+                                       const int32_t *cu_seqlens, int batch, int len,
+                                       int32_t *dst, int64_t cap)
+{
+    int xb = (len + 255) / 256;
+    dim3 grid((unsigned)(xb > 16 ? 16 : xb < 1 ? 1 : xb), (unsigned)batch);
+    pack_tokens_kernel<<<grid, 256, 0, (cudaStream_t)ctx->stream>>>(src, (int)dtype, cu_seqlens, len,
+                                                                    cap, dst);
+    return launched("pack_tokens_kernel");
 }

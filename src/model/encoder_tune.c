@@ -115,10 +115,10 @@ static tune_seg seg_lt(int algo)
     return s;
 }
 
-/* The template's configs that fit the segment, the rule-based default first. */
-static int fitting_configs(const tuner *t, int seg, bool chain, fuse_config *out, int cap)
+/* The configs of template tpl that fit the segment, the rule-based default first. */
+static int fitting_tpl_configs(const tuner *t, int seg, bool chain, fuse_tpl tpl, fuse_config *out,
+                               int cap)
 {
-    fuse_tpl tpl = seg_tpl(seg, chain);
     if (tpl == FUSE_TPL_FFN_CHAIN && !fuse_chain_hidden_ok(t->m->info.hidden)) return 0;
     int n, k;
     seg_shape(t, seg, chain, &n, &k);
@@ -136,6 +136,24 @@ static int fitting_configs(const tuner *t, int seg, bool chain, fuse_config *out
             continue;
         }
         out[count++] = list[i];
+    }
+    return count;
+}
+
+/* The segment's template configs that fit; for QKV and FFN1 on a device that
+ * runs it, the Hopper GEMM's after the mma.sync template's. *alt: the index of
+ * the Hopper GEMM's default among them, or -1. */
+static int fitting_configs(const tuner *t, int seg, bool chain, fuse_config *out, int cap,
+                           int *alt)
+{
+    fuse_tpl tpl = seg_tpl(seg, chain);
+    int count = fitting_tpl_configs(t, seg, chain, tpl, out, cap);
+    *alt = -1;
+    if (tpl == FUSE_TPL_GEMM_BIAS_ACT && fuse_sm90_available(t->m->ctx)) {
+        int more =
+            fitting_tpl_configs(t, seg, chain, FUSE_TPL_GEMM_SM90, out + count, cap - count);
+        if (more > 0) *alt = count;
+        count += more;
     }
     return count;
 }
@@ -171,9 +189,14 @@ static int scheme_variants(void *user, const tune_plan *base, tune_plan *out, in
             }
             continue;
         }
-        int c = fitting_configs(t, seg, false, cfg, TUNE_MAX_CONFIGS);
-        for (int i = 0; i < c && i < 2 && n < cap; i++) { /* expand into the template */
-            int pick = i == 0 ? 0 : 1 + (int)(((unsigned)seg * 7919u + 13u) % (unsigned)(c - 1));
+        int alt;
+        int c = fitting_configs(t, seg, false, cfg, TUNE_MAX_CONFIGS, &alt);
+        /* expand into the template: its default, and the Hopper GEMM's default
+         * where there is one, else another sampled config */
+        for (int i = 0; i < c && i < 2 && n < cap; i++) {
+            int pick = i == 0   ? 0
+                       : alt > 0 ? alt
+                                 : 1 + (int)(((unsigned)seg * 7919u + 13u) % (unsigned)(c - 1));
             out[n] = *base;
             out[n++].seg[seg] = seg_from_config(&cfg[pick]);
         }
@@ -186,7 +209,8 @@ static int scheme_variants(void *user, const tune_plan *base, tune_plan *out, in
             out[n++].seg[TUNE_SEG_FFN2] = seg_lt(0);
         }
     } else {
-        int c = fitting_configs(t, TUNE_SEG_FFN1, true, cfg, TUNE_MAX_CONFIGS);
+        int alt;
+        int c = fitting_configs(t, TUNE_SEG_FFN1, true, cfg, TUNE_MAX_CONFIGS, &alt);
         for (int i = 0; i < c && i < 2 && n < cap; i++) {
             int pick = i == 0 ? 0 : 1 + (int)(31u % (unsigned)(c - 1));
             out[n] = *base;
@@ -256,7 +280,8 @@ static int param_variants(void *user, const tune_plan *base, int dim, tune_plan 
         return n;
     }
     fuse_config cfg[TUNE_MAX_CONFIGS];
-    int c = fitting_configs(t, dim, chain, cfg, TUNE_MAX_CONFIGS);
+    int alt;
+    int c = fitting_configs(t, dim, chain, cfg, TUNE_MAX_CONFIGS, &alt);
     for (int i = 0; i < c && n < cap; i++) {
         out[n] = *base;
         out[n++].seg[dim] = seg_from_config(&cfg[i]);

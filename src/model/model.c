@@ -122,28 +122,87 @@ static bool on_gpu(const stof_model *m)
     return m->ctx->device == STOF_DEVICE_GPU;
 }
 
-/* ids or token_types: I32 [B, L]; host memory, or device memory on a GPU
- * context (contiguous there, since kernels read it). */
+/* A device-memory input: only on a GPU context, and contiguous (kernels read it). */
+static stof_status check_device_input(const stof_model *m, const stof_tensor *t, const char *name)
+{
+    if (t->memory != STOF_MEM_DEVICE) return STOF_OK;
+    STOF_REQUIRE(on_gpu(m), STOF_ERR_INVALID_ARG,
+                 "%s is in device memory but the model runs on the CPU", name);
+    STOF_REQUIRE(stof_tensor_is_contiguous(t), STOF_ERR_SHAPE,
+                 "%s in device memory must be contiguous", name);
+    return STOF_OK;
+}
+
+/* ids or token_types: I32 or I64 [B, L]; host memory, or device memory on a
+ * GPU context (contiguous there, since kernels read it). */
 static stof_status check_token_tensor(const stof_model *m, const stof_tensor *t, const char *name)
 {
     STOF_TRY(stof_tensor_check(t, name));
-    STOF_REQUIRE(t->dtype == STOF_I32, STOF_ERR_SHAPE, "%s is %s; token inputs are i32", name,
-                 stof_dtype_name(t->dtype));
+    STOF_REQUIRE(t->dtype == STOF_I32 || t->dtype == STOF_I64, STOF_ERR_SHAPE,
+                 "%s is %s; token inputs are i32 or i64", name, stof_dtype_name(t->dtype));
     STOF_REQUIRE(t->ndim == 2, STOF_ERR_SHAPE, "%s has %d dimensions; want [B, L]", name, t->ndim);
-    if (t->memory == STOF_MEM_DEVICE) {
-        STOF_REQUIRE(on_gpu(m), STOF_ERR_INVALID_ARG,
-                     "%s is in device memory but the model runs on the CPU", name);
-        STOF_REQUIRE(stof_tensor_is_contiguous(t), STOF_ERR_SHAPE,
-                     "%s in device memory must be contiguous (strides [%lld, %lld])", name,
-                     (long long)t->stride[0], (long long)t->stride[1]);
+    return check_device_input(m, t, name);
+}
+
+static stof_status check_lengths_tensor(const stof_model *m, const stof_tensor *t, int B)
+{
+    STOF_TRY(stof_tensor_check(t, "lengths"));
+    STOF_REQUIRE(t->dtype == STOF_I32, STOF_ERR_SHAPE, "lengths is %s; it must be i32",
+                 stof_dtype_name(t->dtype));
+    STOF_REQUIRE(t->ndim == 1 && t->shape[0] == B, STOF_ERR_SHAPE,
+                 "lengths has %d dimensions and %lld entries; want [B] = [%d]", t->ndim,
+                 (long long)t->shape[0], B);
+    return check_device_input(m, t, "lengths");
+}
+
+static stof_status check_mask_tensor(const stof_model *m, const stof_tensor *t, int B, int L)
+{
+    STOF_TRY(stof_tensor_check(t, "attention_mask"));
+    STOF_REQUIRE(t->dtype == STOF_I32 || t->dtype == STOF_I64 || t->dtype == STOF_U8,
+                 STOF_ERR_SHAPE, "attention_mask is %s; it must be i32, i64 or u8 (bool)",
+                 stof_dtype_name(t->dtype));
+    STOF_REQUIRE(t->ndim == 2 && t->shape[0] == B && t->shape[1] == L, STOF_ERR_SHAPE,
+                 "attention_mask is %dD [%lld, %lld]; want [B, L] = [%d, %d] like ids", t->ndim,
+                 (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), B, L);
+    return check_device_input(m, t, "attention_mask");
+}
+
+/* Lengths of a host attention mask row: ones, then zeros. */
+static stof_status host_mask_lengths(const stof_tensor *t, int B, int L, int32_t *lens)
+{
+    for (int b = 0; b < B; b++) {
+        int n = 0;
+        for (int i = 0; i < L; i++) {
+            int64_t off = (int64_t)b * t->stride[0] + (int64_t)i * t->stride[1];
+            int64_t v = t->dtype == STOF_I64  ? ((const int64_t *)t->data)[off]
+                        : t->dtype == STOF_U8 ? ((const uint8_t *)t->data)[off]
+                                              : ((const int32_t *)t->data)[off];
+            STOF_REQUIRE(v == 0 || v == 1, STOF_ERR_INVALID_ARG,
+                         "attention_mask[%d, %d] = %lld; it must hold only 0 and 1", b, i,
+                         (long long)v);
+            STOF_REQUIRE(v == 0 || n == i, STOF_ERR_INVALID_ARG,
+                         "attention_mask row %d has a 1 at %d after a 0 at %d: stof runs "
+                         "right-padded batches (re-pad left-padded input on the right)",
+                         b, i, n);
+            n += v == 1 && n == i;
+        }
+        lens[b] = n;
     }
     return STOF_OK;
 }
 
-/* Host lengths [B] (or all L) into m->lens, with cu_seqlens after them. */
-static stof_status read_lengths(stof_model *m, const stof_tensor *lengths, int B, int L,
-                                enc_request *r)
+static bool in_device(const stof_tensor *t)
 {
+    return t && t->memory == STOF_MEM_DEVICE;
+}
+
+/* The lengths (from lengths, the attention mask, or all L) into m->lens, with
+ * cu_seqlens after them. Device inputs are scanned on the GPU, once. */
+static stof_status read_lengths(stof_model *m, const stof_tensor *lengths, const stof_tensor *mask,
+                                int B, int L, enc_request *r)
+{
+    STOF_REQUIRE(!(lengths && mask), STOF_ERR_INVALID_ARG,
+                 "stof_model_forward: give the lengths or an attention_mask, not both");
     if (B > m->lens_cap) {
         int32_t *p = NULL;
         STOF_TRY(stof_host_alloc((size_t)(2 * B + 1) * sizeof(int32_t), (void **)&p));
@@ -152,38 +211,38 @@ static stof_status read_lengths(stof_model *m, const stof_tensor *lengths, int B
         m->lens_cap = B;
     }
     int32_t *lens = m->lens, *cu = m->lens + B;
-    int max_pos = m->info.max_positions;
-    if (lengths) {
-        STOF_TRY(stof_tensor_check(lengths, "lengths"));
-        STOF_REQUIRE(lengths->dtype == STOF_I32, STOF_ERR_SHAPE, "lengths is %s; it must be i32",
-                     stof_dtype_name(lengths->dtype));
-        STOF_REQUIRE(lengths->ndim == 1 && lengths->shape[0] == B, STOF_ERR_SHAPE,
-                     "lengths has %d dimensions and %lld entries; want [B] = [%d]", lengths->ndim,
-                     (long long)lengths->shape[0], B);
-        STOF_REQUIRE(lengths->memory == STOF_MEM_HOST, STOF_ERR_INVALID_ARG,
-                     "lengths must be in host memory (the batch is planned on the host)");
-        for (int b = 0; b < B; b++) {
-            int32_t v = ((const int32_t *)lengths->data)[(int64_t)b * lengths->stride[0]];
-            STOF_REQUIRE(v >= 0 && v <= L, STOF_ERR_INVALID_ARG,
-                         "lengths[%d] = %d is outside [0, L = %d]", b, (int)v, L);
-            STOF_REQUIRE(v <= max_pos, STOF_ERR_INVALID_ARG,
-                         "lengths[%d] = %d exceeds the model's %d positions "
-                         "(max_position_embeddings)",
-                         b, (int)v, max_pos);
-            lens[b] = v;
-        }
+    if (lengths) STOF_TRY(check_lengths_tensor(m, lengths, B));
+    if (mask) STOF_TRY(check_mask_tensor(m, mask, B, L));
+    if (in_device(lengths) || in_device(mask)) {
+        /* filled by the scan */
+    } else if (lengths) {
+        for (int b = 0; b < B; b++)
+            lens[b] = ((const int32_t *)lengths->data)[(int64_t)b * lengths->stride[0]];
+    } else if (mask) {
+        STOF_TRY(host_mask_lengths(mask, B, L, lens));
     } else {
-        STOF_REQUIRE(L <= max_pos, STOF_ERR_INVALID_ARG,
+        STOF_REQUIRE(L <= m->info.max_positions, STOF_ERR_INVALID_ARG,
                      "L = %d exceeds the model's %d positions (max_position_embeddings); pass "
                      "shorter lengths or a shorter batch",
-                     L, max_pos);
+                     L, m->info.max_positions);
         for (int b = 0; b < B; b++)
             lens[b] = L;
     }
+    if (in_device(lengths) || in_device(mask) || in_device(r->ids) || in_device(r->types))
+        STOF_TRY(enc_gpu_scan(m, r, in_device(mask) ? mask : NULL,
+                              in_device(lengths) ? lengths : NULL, lens));
+    int max_pos = m->info.max_positions;
     int64_t T = 0;
     cu[0] = 0;
     for (int b = 0; b < B; b++) {
-        T += lens[b];
+        int32_t v = lens[b];
+        STOF_REQUIRE(v >= 0 && v <= L, STOF_ERR_INVALID_ARG,
+                     "lengths[%d] = %d is outside [0, L = %d]", b, (int)v, L);
+        STOF_REQUIRE(v <= max_pos, STOF_ERR_INVALID_ARG,
+                     "lengths[%d] = %d exceeds the model's %d positions "
+                     "(max_position_embeddings)",
+                     b, (int)v, max_pos);
+        T += v;
         STOF_REQUIRE(T <= INT32_MAX, STOF_ERR_UNSUPPORTED,
                      "the batch holds more than %d real tokens", INT32_MAX);
         cu[b + 1] = (int32_t)T;
@@ -202,16 +261,16 @@ static stof_status check_token_values(const stof_model *m, const enc_request *r)
     for (int b = 0; b < r->batch; b++)
         for (int i = 0; i < r->lengths[b]; i++) {
             if (r->ids->memory == STOF_MEM_HOST) {
-                int32_t id = enc_i32_at(r->ids, b, i);
+                int64_t id = enc_token_at(r->ids, b, i);
                 STOF_REQUIRE(id >= 0 && id < info->vocab, STOF_ERR_INVALID_ARG,
-                             "ids[%d, %d] = %d is outside the vocabulary [0, %d)", b, i, (int)id,
-                             info->vocab);
+                             "ids[%d, %d] = %lld is outside the vocabulary [0, %d)", b, i,
+                             (long long)id, info->vocab);
             }
             if (r->types && r->types->memory == STOF_MEM_HOST) {
-                int32_t ty = enc_i32_at(r->types, b, i);
+                int64_t ty = enc_token_at(r->types, b, i);
                 STOF_REQUIRE(ty >= 0 && ty < info->type_vocab, STOF_ERR_INVALID_ARG,
-                             "token_types[%d, %d] = %d is outside [0, type_vocab_size = %d)", b, i,
-                             (int)ty, info->type_vocab);
+                             "token_types[%d, %d] = %lld is outside [0, type_vocab_size = %d)", b,
+                             i, (long long)ty, info->type_vocab);
             }
         }
     return STOF_OK;
@@ -280,7 +339,7 @@ static stof_status check_forward(stof_model *m, const stof_forward_params *p,
     r->hidden = hidden;
     r->pooled = pooled;
     r->eager = p->eager != 0;
-    STOF_TRY(read_lengths(m, lengths, B, L, r));
+    STOF_TRY(read_lengths(m, lengths, p->attention_mask, B, L, r));
     return check_token_values(m, r);
 }
 

@@ -155,10 +155,12 @@ def test_call_with_mask(cpu_model):
 def test_call_bad_inputs(cpu_model):
     torch = pytest.importorskip("torch")
     ids = torch.tensor([[101, 7592, 102, 0], [101, 7592, 2088, 102]])
-    with pytest.raises(ValueError, match="row 0 is not ones followed by zeros"):
+    with pytest.raises(stof.StofError, match="row 0 has a 1 at 1 after a 0 at 0"):
         cpu_model(ids, torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]))
-    with pytest.raises(ValueError, match="only 0 and 1"):
+    with pytest.raises(stof.StofError, match=r"attention_mask\[0, 2\] = 2; it must hold only 0"):
         cpu_model(ids, torch.tensor([[1, 1, 2, 0], [1, 1, 1, 1]]))
+    with pytest.raises(TypeError, match="integers or bools"):
+        cpu_model(ids, torch.ones(2, 4))
     with pytest.raises(ValueError, match="shape"):
         cpu_model(ids, torch.ones(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match=r"\[batch, length\]"):
@@ -276,3 +278,23 @@ def test_gpu_f16_matches_sentence_transformers():
     assert _cosines(pooled.cpu().numpy(), want[:4]).min() >= 0.999
     t = model.encode(texts[:3], as_torch=True)
     assert t.is_cuda
+    # Device inputs (int64 ids, int64 / int32 / bool masks) give what host inputs give;
+    # bad device inputs are named as on the host.
+    ids, am = batch["input_ids"], batch["attention_mask"]
+    host = model(ids, am)
+    for mask in (am.cuda(), am.int().cuda(), am.bool().cuda(), am.bool()):
+        assert torch.equal(model(ids.cuda(), mask), host)
+    assert torch.equal(model(ids.int().cuda(), am.cuda()), host)
+    bad = ids.clone()
+    bad[1, 2] = 10 ** 6
+    with pytest.raises(stof.StofError, match=r"ids\[1, 2\] = 1000000 is outside the vocabulary"):
+        model(bad.cuda(), am.cuda())
+    bad_am = am.clone()
+    bad_am[2, 0] = 0
+    with pytest.raises(stof.StofError, match="row 2 has a 1 at 1 after a 0 at 0"):
+        model(ids.cuda(), bad_am.cuda())
+    bad_am = am.clone()
+    bad_am[3, 1] = 7
+    with pytest.raises(stof.StofError, match=r"attention_mask\[3, 1\] = 7; it must hold only"):
+        model(ids.cuda(), bad_am.cuda())
+    assert torch.equal(model(ids.cuda(), am.cuda()), host)  # still usable after the errors

@@ -1,0 +1,471 @@
+/*
+ * gemm_sm90.cu — template (d): y = act(x w^T + b) on Hopper (sm_90a), the
+ * operation and epilogue of gemm_bias_act.cu with the main loop on TMA and
+ * warpgroup MMA (wgmma), for the big linear + act segments (QKV, FFN1 with
+ * exact GELU), where the cp.async + mma.sync template falls well short of the
+ * tensor cores.
+ *
+ * Warp specialisation, as in CUTLASS's and FlashAttention-3's Hopper kernels:
+ * warpgroups 0..WG-1 are consumers, each owning 64 rows of the block_m x
+ * block_n tile and issuing wgmma m64n{block_n}k16 with both operands read
+ * from shared memory; after them comes the producer, one thread of which
+ * streams 64-deep K slices of x and w into a ring of STAGES shared-memory
+ * stages with TMA.
+ * Two mbarriers per stage hand it over: "full" (the producer announces the
+ * stage's bytes, TMA completes them) and "empty" (one arrival per consumer
+ * warp once the wgmma that read the stage has retired). Consumers keep one
+ * wgmma group in flight, so a stage is released one slice late.
+ *
+ * Layout: a TMA box of 64 K elements (128 bytes) by rows with the 128-byte
+ * swizzle writes the canonical K-major layout wgmma descriptors read: 8-row x
+ * 128-byte atoms 1024 bytes apart (the stride byte offset), 16-byte chunk c of
+ * row r at chunk c ^ (r % 8), every tile base 1024-byte aligned; a k16 step
+ * adds 32 bytes to the start address. TMA zero-fills rows and K columns past
+ * the tensor, so ragged m, n and k need nothing in the main loop; the
+ * epilogue masks its stores.
+ *
+ * The kernel is persistent: as many CTAs as fit walk the tiles in groups of
+ * SM90_GROUP_M row blocks per column sweep (the rows and weights in use stay
+ * in L2), and the producer loads the next tile while the consumers run the
+ * epilogue: bias and activation in fp32 on the accumulator fragments, stored
+ * as 16-bit pairs. That epilogue is not free (exact GELU is some 25
+ * instructions per element, a few microseconds per 128x256 tile against about
+ * ten of MMA) and the tensor cores idle through it unless another CTA shares
+ * the SM. Hence two shapes: the 128x256 tile reuses each load most, one CTA
+ * per SM with a producer warpgroup whose registers setmaxnreg hands to the
+ * consumers; the 128x128 tile with 3 stages is sized for two CTAs per SM, so
+ * one's epilogue overlaps the other's main loop, with a single producer warp
+ * so that both fit in the register file.
+ *
+ * The tensor maps are encoded on the host for each call (cuTensorMapEncodeTiled
+ * through the runtime's driver entry point: no libcuda link) and passed as
+ * __grid_constant__ parameters, so they depend only on the call's pointers and
+ * shapes and a launch captured in a CUDA graph keeps its own copy.
+ */
+#include "core/hopper.cuh"
+#include "fuse/internal.h"
+#include "fuse/mma.cuh"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#define SM90_GROUP_M 8 /* row blocks per column sweep of the tile order */
+
+/* Compile-time constants of one configuration: WG consumer warpgroups of 64
+ * rows, BN columns, STAGES pipeline stages. */
+template <int BN, int WG, int STAGES> struct sm90_traits {
+    static constexpr int BM = 64 * WG;
+    static constexpr uint32_t A_BYTES = BM * 128; /* a stage of x: BM rows of 64 elements */
+    static constexpr uint32_t B_BYTES = BN * 128; /* a stage of w: BN rows */
+    static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
+    static constexpr size_t SMEM = FUSE_SM90_SMEM_BYTES(BM, BN, STAGES);
+    /* Two CTAs per SM when their shared memory (plus the 1 KB the driver
+     * reserves per CTA) fits in the SM's 228 KB. */
+    static constexpr int CTAS_PER_SM = 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
+    /* The producer after the consumers: a whole warpgroup that hands its
+     * registers to the consumers (setmaxnreg) where one CTA holds the SM, a
+     * single warp where two share it (two CTAs of 384 threads start at 80
+     * registers a thread, too few for ptxas to fit the wgmma accumulators;
+     * with 288 threads each may have 112). */
+    static constexpr bool PRODUCER_WG = CTAS_PER_SM == 1;
+    static constexpr int THREADS = 128 * WG + (PRODUCER_WG ? 128 : 32);
+    /* Registers each thread starts with (what __launch_bounds__ allows) and
+     * the split setmaxnreg makes of them. */
+    static constexpr int REGS_FIT = 65536 / (THREADS * CTAS_PER_SM);
+    static constexpr int REGS = (REGS_FIT > 255 ? 255 : REGS_FIT) / 8 * 8;
+    static constexpr int PRODUCER_REGS = 40;
+    static constexpr int CONSUMER_REGS_FIT =
+        (REGS * THREADS - PRODUCER_REGS * 128) / (128 * WG) / 8 * 8;
+    static constexpr int CONSUMER_REGS = CONSUMER_REGS_FIT > 256 ? 256 : CONSUMER_REGS_FIT;
+    static_assert(BN == 128 || BN == 256, "wgmma shapes m64n128k16 and m64n256k16");
+    static_assert(WG >= 1 && WG <= 2, "one or two consumer warpgroups");
+    static_assert(STAGES >= 2, "a pipeline needs two stages");
+    static_assert(!PRODUCER_WG || CONSUMER_REGS > REGS, "setmaxnreg moves registers to consumers");
+};
+
+/* ---------------------------------------------------------------- PTX */
+
+static __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+/* Makes the barrier initialisations visible to the async proxy (TMA). */
+static __device__ __forceinline__ void fence_mbar_init(void)
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+/* Blocks until the phase of the given parity has completed. */
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+/* Arrives and raises the bytes the current phase waits for. */
+static __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+/* The box at (k0, row0) of a 2-D tensor map into shared memory at dst; its
+ * bytes complete on bar (out-of-range elements arrive as zeros and count). */
+static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map,
+                                                   uint32_t bar, int k0, int row0)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(bar)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map)
+{
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+template <int N> static __device__ __forceinline__ void setmaxnreg_dec(void)
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+template <int N> static __device__ __forceinline__ void setmaxnreg_inc(void)
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+#define SM90_REGS_0_63                                                                             \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "   \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "   \
+    "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "   \
+    "%56, %57, %58, %59, %60, %61, %62, %63"
+#define SM90_REGS_64_127                                                                           \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, "   \
+    "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, "   \
+    "%100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, "   \
+    "%115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define SM90_OUT32(d, i)                                                                           \
+    SM90_OUT8(d, i), SM90_OUT8(d, i + 8), SM90_OUT8(d, i + 16), SM90_OUT8(d, i + 24)
+#define SM90_OUT64(d) SM90_OUT32(d, 0), SM90_OUT32(d, 32)
+#define SM90_OUT128(d) SM90_OUT64(d), SM90_OUT32(d, 64), SM90_OUT32(d, 96)
+
+/* d (+)= A B^T for one k16 step: A 64 x 16 and B N x 16, both K-major in
+ * shared memory (descriptors); accumulate = 0 overwrites d. */
+#define SM90_WGMMA_N128(T)                                                                         \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                      \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " {" SM90_REGS_0_63        \
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                                \
+                 : SM90_OUT64(d)                                                                   \
+                 : "l"(da), "l"(db), "r"(accumulate))
+#define SM90_WGMMA_N256(T)                                                                         \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                     \
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T " {" SM90_REGS_0_63        \
+                 ", " SM90_REGS_64_127 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"                        \
+                 : SM90_OUT128(d)                                                                  \
+                 : "l"(da), "l"(db), "r"(accumulate))
+
+template <typename T> struct sm90_is_bf16 {
+    static constexpr bool value = false;
+};
+template <> struct sm90_is_bf16<__nv_bfloat16> {
+    static constexpr bool value = true;
+};
+
+template <typename T, int BN>
+static __device__ __forceinline__ void wgmma_ss(float (&d)[BN / 2], uint64_t da, uint64_t db,
+                                                int accumulate)
+{
+    constexpr bool bf16 = sm90_is_bf16<T>::value;
+    if constexpr (BN == 128) {
+        if constexpr (bf16)
+            SM90_WGMMA_N128("bf16");
+        else
+            SM90_WGMMA_N128("f16");
+    } else {
+        if constexpr (bf16)
+            SM90_WGMMA_N256("bf16");
+        else
+            SM90_WGMMA_N256("f16");
+    }
+}
+
+/* ---------------------------------------------------------------- tiles */
+
+/* Tile index -> (row block, column block): groups of SM90_GROUP_M row blocks,
+ * each group swept column by column, rows fastest inside a column. */
+static __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int &tm,
+                                                   int &tn)
+{
+    const int per_group = SM90_GROUP_M * tiles_n;
+    const int group = tile / per_group;
+    const int first = group * SM90_GROUP_M;
+    const int rows = min(tiles_m - first, SM90_GROUP_M);
+    const int r = tile - group * per_group;
+    tm = first + r % rows;
+    tn = r / rows;
+}
+
+/* y = act(acc + bias) for the warpgroup's 64 rows from row0 and BN columns
+ * from col0. Accumulator layout of wgmma m64nN (per warp, as mma.sync C
+ * blocks): warp w owns rows 16w..16w+15; d[4j], d[4j+1] are row g, columns
+ * 8j + 2t, +1 and d[4j+2], d[4j+3] the same columns of row g + 8. */
+template <typename T, int BN, int ACT>
+static __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], const T *bias, T *y,
+                                                  int64_t row0, int col0, int64_t m, int n)
+{
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+    const int64_t r_lo = row0 + warp * 16 + (lane >> 2);
+    const bool lo_ok = r_lo < m, hi_ok = r_lo + 8 < m;
+    const int c0 = col0 + 2 * (lane & 3);
+    T *y_lo = y + r_lo * n + c0;
+    T *y_hi = y_lo + 8 * (int64_t)n;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        const int col = c0 + 8 * j;
+        if (col >= n) continue; /* n is even, so col + 1 < n too */
+        const float2 b = bias ? load2(bias + col) : make_float2(0.f, 0.f);
+        if (lo_ok)
+            store2(y_lo + 8 * j, act_apply(acc[4 * j] + b.x, ACT),
+                   act_apply(acc[4 * j + 1] + b.y, ACT));
+        if (hi_ok)
+            store2(y_hi + 8 * j, act_apply(acc[4 * j + 2] + b.x, ACT),
+                   act_apply(acc[4 * j + 3] + b.y, ACT));
+    }
+}
+
+/* ---------------------------------------------------------------- kernel */
+
+template <typename T, int BN, int WG, int STAGES>
+__global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
+                                  sm90_traits<BN, WG, STAGES>::CTAS_PER_SM)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_x,
+                     const __grid_constant__ CUtensorMap map_w, const T *__restrict__ bias,
+                     T *__restrict__ y, int64_t m, int n, int k, int act)
+{
+    typedef sm90_traits<BN, WG, STAGES> G;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    /* The slack in G::SMEM lets the base round up to 1024 bytes. */
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t a_ring = base;                         /* [STAGES] x tiles */
+    const uint32_t b_ring = base + STAGES * G::A_BYTES;   /* [STAGES] w tiles */
+    const uint32_t full = base + STAGES * G::STAGE_BYTES; /* [STAGES] mbarriers */
+    const uint32_t empty = full + STAGES * 8;             /* [STAGES] mbarriers */
+
+    const int tiles_m = (int)((m + G::BM - 1) / G::BM);
+    const int tiles_n = (n + BN - 1) / BN;
+    const int tiles = tiles_m * tiles_n;
+    const int ktiles = (k + 63) / 64;
+    const int wg = threadIdx.x >> 7;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(full + 8 * s, 1);
+            mbar_init(empty + 8 * s, 4 * WG);
+        }
+        fence_mbar_init();
+    }
+    __syncthreads();
+
+    if (wg == WG) {
+        /* Producer: one thread issues every load; the others leave. */
+        if constexpr (G::PRODUCER_WG) setmaxnreg_dec<G::PRODUCER_REGS>();
+        if (threadIdx.x != 128 * WG) return;
+        tma_prefetch_map(&map_x);
+        tma_prefetch_map(&map_w);
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int tm, tn;
+            tile_coords(tile, tiles_m, tiles_n, tm, tn);
+            for (int kt = 0; kt < ktiles; kt++) {
+                mbar_wait(empty + 8 * stage, phase ^ 1); /* the first pass finds stages free */
+                mbar_arrive_expect_tx(full + 8 * stage, G::STAGE_BYTES);
+                tma_load_2d(a_ring + stage * G::A_BYTES, &map_x, full + 8 * stage, kt * 64,
+                            tm * G::BM);
+                tma_load_2d(b_ring + stage * G::B_BYTES, &map_w, full + 8 * stage, kt * 64,
+                            tn * BN);
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    /* Consumers: warpgroup wg owns rows 64 wg .. 64 wg + 63 of every tile. */
+    if constexpr (G::PRODUCER_WG) setmaxnreg_inc<G::CONSUMER_REGS>();
+    const int lane = threadIdx.x & 31;
+    const uint32_t a_rows = (uint32_t)wg * 64 * 128;
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++)
+        acc[i] = 0.f;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int tm, tn;
+        tile_coords(tile, tiles_m, tiles_n, tm, tn);
+        int prev = 0;
+        for (int kt = 0; kt < ktiles; kt++) {
+            mbar_wait(full + 8 * stage, phase);
+            __syncwarp(); /* wgmma is warp-collective: reconverge after the spin */
+            const uint32_t a = a_ring + stage * G::A_BYTES + a_rows;
+            const uint32_t b = b_ring + stage * G::B_BYTES;
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++)
+                wgmma_ss<T, BN>(acc, sw128_desc(a + 32 * ks, 16, 1024),
+                               sw128_desc(b + 32 * ks, 16, 1024),
+                                kt > 0 || ks > 0);
+            wgmma_commit();
+            /* The previous slice's group has retired: its stage may be refilled. */
+            wgmma_wait<1>();
+            if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * prev);
+            prev = stage;
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        wgmma_wait<0>();
+        if (lane == 0) mbar_arrive(empty + 8 * prev);
+        reg_fence(acc);
+
+        const int64_t row0 = (int64_t)tm * G::BM + wg * 64;
+        const int col0 = tn * BN;
+        switch (act) {
+        case FUSE_ACT_GELU: store_tile<T, BN, FUSE_ACT_GELU>(acc, bias, y, row0, col0, m, n); break;
+        case FUSE_ACT_GELU_TANH:
+            store_tile<T, BN, FUSE_ACT_GELU_TANH>(acc, bias, y, row0, col0, m, n);
+            break;
+        case FUSE_ACT_RELU: store_tile<T, BN, FUSE_ACT_RELU>(acc, bias, y, row0, col0, m, n); break;
+        default: store_tile<T, BN, FUSE_ACT_NONE>(acc, bias, y, row0, col0, m, n); break;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- host */
+
+typedef PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_fn;
+
+static encode_tiled_fn lookup_encode_tiled(void)
+{
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                     cudaEnableDefault, &found);
+#else
+    cudaError_t e =
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
+#endif
+    if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError(); /* not the caller's error to find later */
+        return NULL;
+    }
+    return (encode_tiled_fn)fn;
+}
+
+/* The driver's encoder, looked up once (a function-local static is initialised
+ * once even when threads race to it). */
+static encode_tiled_fn encode_tiled(void)
+{
+    static const encode_tiled_fn fn = lookup_encode_tiled();
+    return fn;
+}
+
+/* A row-major [rows, k] operand as TMA boxes of 64 K elements x box_rows rows,
+ * 128-byte swizzled, zeros outside the tensor. */
+static stof_status encode_operand(CUtensorMap *map, const char *name, const void *ptr,
+                                  stof_dtype dtype, int64_t rows, int k, int box_rows)
+{
+    encode_tiled_fn encode = encode_tiled();
+    STOF_REQUIRE(encode, STOF_ERR_UNSUPPORTED,
+                 "gemm_sm90: the CUDA driver offers no cuTensorMapEncodeTiled (driver too old?)");
+    const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)k * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+    const cuuint32_t steps[2] = {1, 1};
+    const CUresult r = encode(
+        map,
+        dtype == STOF_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+        const_cast<void *>(ptr), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    STOF_REQUIRE(r == CUDA_SUCCESS, STOF_ERR_CUDA,
+                 "gemm_sm90: cuTensorMapEncodeTiled failed (CUresult %d) for %s = %p, %lld x %d",
+                 (int)r, name, ptr, (long long)rows, k);
+    return STOF_OK;
+}
+
+template <typename T, int BN, int WG, int STAGES>
+static stof_status launch_gemm_sm90(stof_ctx *ctx, const fuse_linear_args *a)
+{
+    typedef sm90_traits<BN, WG, STAGES> G;
+    static int opted[64];
+    static int resident[64]; /* CTAs per SM, per device */
+    void (*kernel)(const CUtensorMap, const CUtensorMap, const T *, T *, int64_t, int, int, int) =
+        gemm_sm90_kernel<T, BN, WG, STAGES>;
+    STOF_CUDA_TRY(smem_opt_in(kernel, G::SMEM, ctx->gpu_index, opted));
+    const int dev = ctx->gpu_index;
+    int per_sm = dev >= 0 && dev < 64 ? resident[dev] : 0;
+    if (per_sm <= 0) {
+        /* all of the SM's unified L1 / shared memory as shared, so that two
+         * 128x128 CTAs fit side by side */
+        STOF_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           (int)cudaSharedmemCarveoutMaxShared));
+        STOF_CUDA_TRY(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, G::THREADS, G::SMEM));
+        STOF_REQUIRE(per_sm >= 1, STOF_ERR_UNSUPPORTED,
+                     "gemm_sm90 %dx%d s%d: no CTA fits on an SM of %s", G::BM, BN, STAGES,
+                     ctx->device_name);
+        if (dev >= 0 && dev < 64) resident[dev] = per_sm;
+    }
+
+    CUtensorMap map_x, map_w;
+    STOF_TRY(encode_operand(&map_x, "x", a->x, a->dtype, a->m, a->k, G::BM));
+    STOF_TRY(encode_operand(&map_w, "w", a->w, a->dtype, a->n, a->k, BN));
+    const int64_t tiles = stof_cdiv(a->m, G::BM) * stof_cdiv(a->n, BN);
+    const int64_t slots = (int64_t)per_sm * ctx->sm_count;
+    const unsigned grid = (unsigned)(tiles < slots ? tiles : slots);
+    kernel<<<grid, G::THREADS, G::SMEM, (cudaStream_t)ctx->stream>>>(
+        map_x, map_w, (const T *)a->bias, (T *)a->y, a->m, a->n, a->k, (int)a->act);
+    return STOF_CUDA(cudaGetLastError());
+}
+
+template <typename T>
+static stof_status dispatch_gemm_sm90(stof_ctx *ctx, const fuse_config *c,
+                                      const fuse_linear_args *a)
+{
+#define TRY_CONFIG(bm, bn, bk, wm, wn, st)                                                         \
+    if (c->block_m == bm && c->block_n == bn && c->block_k == bk && c->warps_m == wm &&            \
+        c->warps_n == wn && c->stages == st)                                                       \
+        return launch_gemm_sm90<T, bn, wm, st>(ctx, a);
+    FUSE_GEMM_SM90_INSTANCES(TRY_CONFIG)
+#undef TRY_CONFIG
+    return stof_error(STOF_ERR_INTERNAL, "gemm_sm90: config %dx%dx%d s%d is not compiled",
+                      c->block_m, c->block_n, c->block_k, c->stages);
+}
+
+extern "C" stof_status fuse_launch_gemm_sm90(stof_ctx *ctx, const fuse_config *c,
+                                             const fuse_linear_args *a)
+{
+    if (a->dtype == STOF_BF16) return dispatch_gemm_sm90<__nv_bfloat16>(ctx, c, a);
+    return dispatch_gemm_sm90<__half>(ctx, c, a);
+}
