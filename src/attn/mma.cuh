@@ -134,6 +134,20 @@ static __device__ __forceinline__ float warp_sum(float x)
     return x;
 }
 
+/*
+ * Launch order of the block-wise kernels. The grid is (heads, batch, row
+ * blocks) so that the hardware, which starts CTAs in x-fastest order, starts
+ * one row-block step for every (head, batch entry) before the next step; the
+ * steps walk the row blocks from both ends inwards (last, first, second last,
+ * second, ...). The heaviest rows of causal-like masks (the last) and of masks
+ * with global tokens (the first) thus start first across the whole grid, and
+ * no long row is left to run alone at the end.
+ */
+static __device__ __forceinline__ int attn_row_block(int step, int steps)
+{
+    return (step & 1) ? step >> 1 : steps - 1 - (step >> 1);
+}
+
 /* Where one (b, h) sequence lives and how long it is, for either layout. The
  * lengths are the mask's, clipped to cu_seqlens for a packed batch so that no
  * load crosses into the next sequence. store_rows: rows of out that belong to
