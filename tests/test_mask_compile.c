@@ -240,6 +240,42 @@ static void test_random_cases(stof_ctx *ctx, test_rng *r, int count)
     }
 }
 
+/* row_imbalance of the estimate over sequences of 4096 and 2000 tokens (64 and
+ * 32 tile rows): full lists 64 tiles in the longest rows against a mean of
+ * (64 * 64 + 32 * 32) / 96, 1.2; causal 64 against (2080 + 528) / 96, 2.36;
+ * rows of global tokens list every tile against a mean near the window's. */
+static void test_row_imbalance(stof_ctx *ctx)
+{
+    static const struct {
+        const char *spec;
+        double lo, hi;
+    } cases[] = {{"full", 1.19, 1.21},
+                 {"window:128", 1.0, 1.3},
+                 {"causal", 2.3, 2.4},
+                 {"window:128,global:32", 8.0, 16.0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        stof_mask_spec *spec = NULL;
+        CHECK_OK(stof_mask_spec_parse(cases[i].spec, &spec));
+        int32_t lens[2] = {4096, 2000};
+        int64_t two = 2;
+        stof_tensor tl = stof_tensor_make(lens, STOF_I32, STOF_MEM_HOST, 1, &two);
+        stof_mask_params p = stof_mask_default_params();
+        p.batch = 2;
+        p.len_q = p.len_k = 4096;
+        p.tile_m = p.tile_n = 64;
+        p.lengths_q = &tl;
+        stof_mask *m = NULL;
+        CHECK_OK(stof_mask_compile(ctx, spec, &p, &m));
+        if (m) {
+            double r = stof_mask_estimate_view(m)->row_imbalance;
+            CHECK(r >= cases[i].lo && r <= cases[i].hi, "%s: row_imbalance %.3f not in [%g, %g]",
+                  cases[i].spec, r, cases[i].lo, cases[i].hi);
+        }
+        stof_mask_destroy(m);
+        stof_mask_spec_destroy(spec);
+    }
+}
+
 int main(void)
 {
     stof_ctx_params cp = stof_ctx_default_params();
@@ -251,6 +287,7 @@ int main(void)
     test_rng_init(&r, test_seed());
     test_known_answers(ctx);
     test_tile_rule(ctx);
+    test_row_imbalance(ctx);
     const char *env = getenv("STOF_MASK_CASES");
     test_random_cases(ctx, &r, env ? atoi(env) : 1000);
     stof_ctx_destroy(ctx);

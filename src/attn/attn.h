@@ -32,6 +32,7 @@ typedef struct attn_launch {
     int bf16;         /* 1: bf16 inputs, 0: fp16 */
     float scale_log2; /* softmax scale times log2(e): scores go through exp2 */
     int pdl;          /* launch with programmatic dependent launch (src/core/launch.cuh) */
+    int heavy_first;  /* block-wise grids: the launch order of mma.cuh's attn_block_order */
 } attn_launch;
 
 /* What validation learned about one call (attention.c). Lq and Lk are the

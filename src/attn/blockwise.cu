@@ -239,9 +239,9 @@ __global__ void __launch_bounds__(WARPS * 32, BW_MIN_CTAS(D, WARPS, MW))
     uint16_t *sv = sk + 2 * BW_BLOCK_N * PITCH; /* [2][BLOCK_N][PITCH] */
 
     const mask_tiles *t = &a.tiles;
-    const int h = blockIdx.x, b = blockIdx.y;
+    int h, b, x;
+    attn_block_order(&a, &h, &b, &x);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int x = attn_row_block(blockIdx.z, gridDim.z); /* heavy rows first (mma.cuh) */
     const int subs = t->tile_m / BM;
     const int tr = x / subs;
     const int row0 = tr * t->tile_m + (x % subs) * BM;
@@ -437,11 +437,12 @@ extern "C" stof_status attn_blockwise_run(const attn_launch *a, int warps, int b
                  a->head_dim, warps, block_m);
     STOF_TRY(attn_blockwise_prepare());
     const int64_t row_blocks = (int64_t)a->tiles.n_trow * (a->tiles.tile_m / block_m);
-    STOF_REQUIRE(row_blocks <= 65535 && a->batch <= 65535, STOF_ERR_UNSUPPORTED,
-                 "block-wise attention: %lld row blocks of %d and a batch of %d; at most 65535 "
-                 "each",
-                 (long long)row_blocks, block_m, a->batch);
-    const dim3 grid((unsigned)a->heads, (unsigned)a->batch, (unsigned)row_blocks);
+    STOF_REQUIRE(row_blocks <= 65535 && a->batch <= 65535 && a->heads <= 65535,
+                 STOF_ERR_UNSUPPORTED,
+                 "block-wise attention: %lld row blocks of %d, %d heads and a batch of %d; at "
+                 "most 65535 each",
+                 (long long)row_blocks, block_m, a->heads, a->batch);
+    const dim3 grid = attn_block_grid(a, row_blocks);
     void *args[1] = {(void *)a};
     STOF_CUDA_TRY(stof_launch_pdl(a->pdl != 0, (const void *)v->fn, grid, dim3(32 * warps), args,
                                   (size_t)variant_smem(v), (cudaStream_t)stream));

@@ -344,9 +344,9 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     const uint32_t sv = sk + 2 * TILE;  /* [2] V tiles */
 
     const mask_tiles *t = &a.tiles;
-    const int h = blockIdx.x, b = blockIdx.y;
+    int h, b, x;
+    attn_block_order(&a, &h, &b, &x);
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    const int x = attn_row_block(blockIdx.z, gridDim.z); /* heavy rows first (mma.cuh) */
     const int subs = t->tile_m / BM;
     const int tr = x / subs;
     const int row0 = tr * t->tile_m + (x % subs) * BM;
@@ -511,11 +511,12 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
                  warps);
     STOF_TRY(attn_blockwise_sm90_prepare());
     const int64_t row_blocks = (int64_t)a->tiles.n_trow * (a->tiles.tile_m / block_m);
-    STOF_REQUIRE(row_blocks <= 65535 && a->batch <= 65535, STOF_ERR_UNSUPPORTED,
-                 "block-wise attention: %lld row blocks of %d and a batch of %d; at most 65535 "
-                 "each",
-                 (long long)row_blocks, block_m, a->batch);
-    const dim3 grid((unsigned)a->heads, (unsigned)a->batch, (unsigned)row_blocks);
+    STOF_REQUIRE(row_blocks <= 65535 && a->batch <= 65535 && a->heads <= 65535,
+                 STOF_ERR_UNSUPPORTED,
+                 "block-wise attention: %lld row blocks of %d, %d heads and a batch of %d; at "
+                 "most 65535 each",
+                 (long long)row_blocks, block_m, a->heads, a->batch);
+    const dim3 grid = attn_block_grid(a, row_blocks);
     void *args[1] = {(void *)a};
     STOF_CUDA_TRY(stof_launch_pdl(a->pdl != 0, (const void *)v->fn, grid, dim3(128 * wg), args,
                                   (size_t)variant_smem(v), (cudaStream_t)stream));

@@ -135,17 +135,36 @@ static __device__ __forceinline__ float warp_sum(float x)
 }
 
 /*
- * Launch order of the block-wise kernels. The grid is (heads, batch, row
- * blocks) so that the hardware, which starts CTAs in x-fastest order, starts
- * one row-block step for every (head, batch entry) before the next step; the
- * steps walk the row blocks from both ends inwards (last, first, second last,
- * second, ...). The heaviest rows of causal-like masks (the last) and of masks
- * with global tokens (the first) thus start first across the whole grid, and
- * no long row is left to run alone at the end.
+ * Launch order of the block-wise kernels (the hardware starts CTAs in
+ * x-fastest order). Masks whose rows list about the same tiles (dense, window,
+ * padded) run on a (row blocks, heads, batch) grid, so neighbouring CTAs read
+ * one head's K/V tiles while they are in L2. Masks with heavy rows
+ * (a.heavy_first: causal, global tokens) run on a (heads, batch, row blocks)
+ * grid: one step for every (head, batch entry) at a time, the steps walking
+ * the row blocks from both ends inwards (last, first, second last, ...), so
+ * the heaviest rows start first everywhere and none is left to run alone at
+ * the end. Sets the head, the batch entry and the row block of this CTA.
  */
-static __device__ __forceinline__ int attn_row_block(int step, int steps)
+static __device__ __forceinline__ void attn_block_order(const attn_launch *a, int *h, int *b,
+                                                        int *x)
 {
-    return (step & 1) ? step >> 1 : steps - 1 - (step >> 1);
+    if (a->heavy_first) {
+        const int step = blockIdx.z, steps = gridDim.z;
+        *h = blockIdx.x;
+        *b = blockIdx.y;
+        *x = (step & 1) ? step >> 1 : steps - 1 - (step >> 1);
+    } else {
+        *x = blockIdx.x;
+        *h = blockIdx.y;
+        *b = blockIdx.z;
+    }
+}
+
+/* The grid of attn_block_order for row_blocks row blocks. */
+static inline dim3 attn_block_grid(const attn_launch *a, int64_t row_blocks)
+{
+    if (a->heavy_first) return dim3((unsigned)a->heads, (unsigned)a->batch, (unsigned)row_blocks);
+    return dim3((unsigned)row_blocks, (unsigned)a->heads, (unsigned)a->batch);
 }
 
 /* Where one (b, h) sequence lives and how long it is, for either layout. The

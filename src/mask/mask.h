@@ -62,6 +62,9 @@ typedef struct mask_estimate {
     double tiles_per_row;     /* mean listed tiles per (instance, tile row) */
     double partial_per_row;   /* mean partial tiles per (instance, tile row) */
     double tile_density;      /* listed / total tiles */
+    double row_imbalance;     /* most tiles of one row / mean over the rows listing any:
+                                 1 for dense, window and padded masks, about 2 for causal,
+                                 far above for rows of global tokens */
 } mask_estimate;
 
 /* The compiled mask's view (pointers in the mask's memory: device for a GPU ctx). */

@@ -547,15 +547,17 @@ static void bound_release(bound_ctx *bc)
 }
 
 /* Sums over the tile rows of one batch entry (all heads); rows past lenq skipped. */
+/* The bounds of one (len_q, len_k) instance: listed and partial tiles in all,
+ * the most listed tiles of one row, and the rows listing any. */
 static void bound_entry(const bound_ctx *bc, int64_t lenq, int64_t lenk, bool lens_unknown,
-                        int64_t *t_sum, int64_t *c_sum)
+                        int64_t *t_sum, int64_t *c_sum, int64_t *t_max, int64_t *rows_listed)
 {
     const mask_plan *pl = bc->plan;
     int64_t nc = (lenk + pl->tn - 1) / pl->tn;
     int64_t rows = (lenq + pl->tm - 1) / pl->tm;
     int heads = bc->head_blocks ? pl->hm : 1;
     int64_t mult = bc->head_blocks ? 1 : pl->hm;
-    *t_sum = *c_sum = 0;
+    *t_sum = *c_sum = *t_max = *rows_listed = 0;
     if (nc == 0) return;
     row_acc a;
     for (int64_t r = 0; r < rows; r++) {
@@ -572,6 +574,8 @@ static void bound_entry(const bound_ctx *bc, int64_t lenq, int64_t lenk, bool le
                        lens_unknown, &t, &c);
             *t_sum += t * mult;
             *c_sum += c * mult;
+            if (t > *t_max) *t_max = t;
+            if (t > 0) *rows_listed += mult;
         }
     }
 }
@@ -583,23 +587,26 @@ stof_status mask_plan_bound(const stof_mask_spec *spec, mask_plan *plan)
     bc.plan = plan;
     bc.spec = spec;
     stof_status st = bound_prepare(&bc);
-    int64_t t_total = 0, c_total = 0, t = 0, c = 0;
+    int64_t t_total = 0, c_total = 0, t = 0, c = 0, t_max = 0, t_row_max = 0, listed = 0, l = 0;
     if (st == STOF_OK) {
         bool exact = plan->lens_known && (int64_t)plan->bm * plan->n_trow <= PLAN_EXACT_ROWS_MAX;
         if (exact) {
             int64_t prev_q = -1, prev_k = -1;
             for (int b = 0; b < plan->bm; b++) {
                 if (plan->len_q[b] != prev_q || plan->len_k[b] != prev_k)
-                    bound_entry(&bc, plan->len_q[b], plan->len_k[b], false, &t, &c);
+                    bound_entry(&bc, plan->len_q[b], plan->len_k[b], false, &t, &c, &t_max, &l);
                 prev_q = plan->len_q[b];
                 prev_k = plan->len_k[b];
                 t_total += t;
                 c_total += c;
+                listed += l;
+                if (t_max > t_row_max) t_row_max = t_max;
             }
         } else {
-            bound_entry(&bc, plan->lq, plan->lk, true, &t, &c);
+            bound_entry(&bc, plan->lq, plan->lk, true, &t, &c, &t_row_max, &l);
             t_total = t * plan->bm;
             c_total = c * plan->bm;
+            listed = l * plan->bm;
         }
     }
     bound_release(&bc);
@@ -614,5 +621,6 @@ stof_status mask_plan_bound(const stof_mask_spec *spec, mask_plan *plan)
     plan->est.tiles_per_row = (double)t_total / rows;
     plan->est.partial_per_row = (double)c_total / rows;
     plan->est.tile_density = (double)t_total / (rows * plan->n_tcol);
+    plan->est.row_imbalance = listed > 0 ? (double)t_row_max * (double)listed / (double)t_total : 1.0;
     return STOF_OK;
 }
