@@ -436,15 +436,6 @@ extern "C" stof_status attn_blockwise_run(const attn_launch *a, int warps, int b
                  "block-wise dispatch: no variant for head dim %d, %d warps, %d-row blocks",
                  a->head_dim, warps, block_m);
     STOF_TRY(attn_blockwise_prepare());
-    const int64_t row_blocks = (int64_t)a->tiles.n_trow * (a->tiles.tile_m / block_m);
-    STOF_REQUIRE(row_blocks <= 65535 && a->batch <= 65535 && a->heads <= 65535,
-                 STOF_ERR_UNSUPPORTED,
-                 "block-wise attention: %lld row blocks of %d, %d heads and a batch of %d; at "
-                 "most 65535 each",
-                 (long long)row_blocks, block_m, a->heads, a->batch);
-    const dim3 grid = attn_block_grid(a, row_blocks);
-    void *args[1] = {(void *)a};
-    STOF_CUDA_TRY(stof_launch_pdl(a->pdl != 0, (const void *)v->fn, grid, dim3(32 * warps), args,
-                                  (size_t)variant_smem(v), (cudaStream_t)stream));
-    return STOF_CUDA(cudaGetLastError());
+    return attn_block_launch(a, (const void *)v->fn, block_m, 32 * warps,
+                             (size_t)variant_smem(v), (cudaStream_t)stream);
 }

@@ -510,15 +510,6 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
                  "sm_90 block-wise dispatch: no variant for head dim %d, %d warps", a->head_dim,
                  warps);
     STOF_TRY(attn_blockwise_sm90_prepare());
-    const int64_t row_blocks = (int64_t)a->tiles.n_trow * (a->tiles.tile_m / block_m);
-    STOF_REQUIRE(row_blocks <= 65535 && a->batch <= 65535 && a->heads <= 65535,
-                 STOF_ERR_UNSUPPORTED,
-                 "block-wise attention: %lld row blocks of %d, %d heads and a batch of %d; at "
-                 "most 65535 each",
-                 (long long)row_blocks, block_m, a->heads, a->batch);
-    const dim3 grid = attn_block_grid(a, row_blocks);
-    void *args[1] = {(void *)a};
-    STOF_CUDA_TRY(stof_launch_pdl(a->pdl != 0, (const void *)v->fn, grid, dim3(128 * wg), args,
-                                  (size_t)variant_smem(v), (cudaStream_t)stream));
-    return STOF_CUDA(cudaGetLastError());
+    return attn_block_launch(a, (const void *)v->fn, block_m, 128 * wg,
+                             (size_t)variant_smem(v), (cudaStream_t)stream);
 }

@@ -18,6 +18,8 @@
 
 #include <cuda_fp16.h>
 
+#include "core/launch.cuh"
+
 #define ATTN_FULL_WARP 0xffffffffu
 
 static __device__ __forceinline__ uint32_t smem_addr(const void *p)
@@ -160,11 +162,23 @@ static __device__ __forceinline__ void attn_block_order(const attn_launch *a, in
     }
 }
 
-/* The grid of attn_block_order for row_blocks row blocks. */
-static inline dim3 attn_block_grid(const attn_launch *a, int64_t row_blocks)
+/* Launches a block-wise kernel fn (parameter: the attn_launch) of threads
+ * threads on the grid of attn_block_order, block_m query rows per CTA. */
+static inline stof_status attn_block_launch(const attn_launch *a, const void *fn, int block_m,
+                                            int threads, size_t smem, cudaStream_t stream)
 {
-    if (a->heavy_first) return dim3((unsigned)a->heads, (unsigned)a->batch, (unsigned)row_blocks);
-    return dim3((unsigned)row_blocks, (unsigned)a->heads, (unsigned)a->batch);
+    const int64_t row_blocks = (int64_t)a->tiles.n_trow * (a->tiles.tile_m / block_m);
+    STOF_REQUIRE(row_blocks <= 65535 && a->batch <= 65535 && a->heads <= 65535,
+                 STOF_ERR_UNSUPPORTED,
+                 "block-wise attention: %lld row blocks of %d, %d heads and a batch of %d; at "
+                 "most 65535 each",
+                 (long long)row_blocks, block_m, a->heads, a->batch);
+    const dim3 grid = a->heavy_first
+                          ? dim3((unsigned)a->heads, (unsigned)a->batch, (unsigned)row_blocks)
+                          : dim3((unsigned)row_blocks, (unsigned)a->heads, (unsigned)a->batch);
+    void *args[1] = {(void *)a};
+    STOF_CUDA_TRY(stof_launch_pdl(a->pdl != 0, fn, grid, dim3(threads), args, smem, stream));
+    return STOF_CUDA(cudaGetLastError());
 }
 
 /* Where one (b, h) sequence lives and how long it is, for either layout. The
