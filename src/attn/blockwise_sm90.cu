@@ -19,16 +19,31 @@
  * Q, K and V tiles sit in shared memory in the canonical 128-byte-swizzle
  * layout: column blocks of 64 elements (128 bytes per row), rows 128 bytes
  * apart, 16-byte chunk c of row r stored at chunk c ^ (r % 8), every tile base
- * 1024-byte aligned. The loads are cp.async (each thread fences its writes
- * into the async proxy before the barrier that publishes them to wgmma).
+ * 1024-byte aligned. K and V tiles arrive by the bulk tensor copy engine (TMA:
+ * one thread issues a 64 x 64 box per column block, which the engine swizzles
+ * and completes on the buffer's mbarrier), so the 128 threads of a warpgroup
+ * spend no instructions on addresses; Q, loaded once, is cp.async (each thread
+ * fences its writes into the async proxy before the barrier that publishes
+ * them to wgmma). The tensor maps (host, per call) cover the whole k and v
+ * tensors, so the last tile of a sequence may bring rows past its keys (the
+ * next sequence's, or a padded batch's padding, NaN as likely as not): they
+ * are masked out of S, and zeroed in V before P V, since P = 0 times NaN is
+ * still NaN.
  *
- * The one non-obvious choice is the order of work inside an iteration
- * (FlashAttention-3's intra-warpgroup overlap): iteration i issues S_i = Q K_i^T
- * and then O += P_{i-1} V_{i-1}, waits for S_i only, and runs the softmax of
- * tile i while the tensor cores still work on P_{i-1} V_{i-1}; O is rescaled
- * once that product has landed. So V_{i-1} and K_i are live in one iteration,
- * and tile i+1 loads meanwhile: two K buffers and two V buffers suffice, with
- * K_{i+1} and V_i loaded during iteration i.
+ * Instruction count is what bounds this kernel at head dim 64 (the issue
+ * slots, not the tensor cores, were the busiest unit in profiles), hence:
+ * the softmax scale folded into the exponent's FFMA, the O rescale skipped by
+ * a warp whose row maxima did not move, descriptors built once, and the tile
+ * list read one iteration ahead.
+ *
+ * The order of work inside an iteration follows FlashAttention-3's
+ * intra-warpgroup overlap: iteration i issues S_i = Q K_i^T and then
+ * O += P_{i-1} V_{i-1}, waits for S_i only, runs the softmax of tile i, and
+ * rescales O once that product has landed. So V_{i-1} and K_i are live in one
+ * iteration, and tile i+1 loads meanwhile: two K buffers and two V buffers
+ * suffice, with K_{i+1} and V_i loaded during iteration i. (ptxas currently
+ * schedules the softmax after the second wait anyway; the overlap then comes
+ * from the other warpgroups resident on the SM.)
  */
 #include "attn/attn.h"
 #include "attn/bits.h"
@@ -44,12 +59,6 @@
 #define SM90_BLOCK_BYTES (64 * 128) /* one 64-element column block of a 64-row tile */
 
 /* ---------------------------------------------------------------- PTX */
-
-/* Wait until at most N committed cp.async groups of this thread are pending. */
-template <int N> static __device__ __forceinline__ void cp_async_wait(void)
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 /* Generic-proxy writes to shared memory (cp.async included) become visible to
  * the async proxy, which is where wgmma reads its shared-memory operands. */
@@ -141,7 +150,7 @@ static __device__ __forceinline__ uint32_t sw128_offset(int r, int c)
 
 /* Rows [row0, row0 + ROWS) of a row-major source (row stride `stride`
  * elements) into consecutive 64-row swizzled tiles at dst; rows at or past
- * len are zero-filled and read nothing. */
+ * len are zero-filled and read nothing. (The Q block: once per CTA.) */
 template <int D, int ROWS, int THREADS>
 static __device__ __forceinline__ void load_rows(uint32_t dst, const uint16_t *src, int64_t stride,
                                                  int row0, int len)
@@ -160,31 +169,62 @@ static __device__ __forceinline__ void load_rows(uint32_t dst, const uint16_t *s
     }
 }
 
+/* Rows [first, 64) of a V tile to zeros (every column block; a row is 128
+ * contiguous bytes of each, whatever the swizzle): the rows of the last tile
+ * of a sequence that lie past its keys hold whatever follows in memory, and
+ * P = 0 times a NaN there would still be NaN. */
+template <int D, int THREADS>
+static __device__ __forceinline__ void zero_tail_rows(uint32_t tile, int first)
+{
+    const int per_block = (SM90_SUB_ROWS - first) * 8; /* 16-byte chunks */
+    for (int idx = threadIdx.x; idx < (D / 64) * per_block; idx += THREADS) {
+        const int cb = idx / per_block, c = idx % per_block;
+        const uint32_t addr = tile + cb * SM90_BLOCK_BYTES + first * 128 + c * 16;
+        asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+    }
+}
+
 /* ---------------------------------------------------------------- math */
 
+/* A descriptor moved `bytes` further into shared memory: the start address
+ * field (bits 0-13, address >> 4) never carries, every operand lying below
+ * 256 KB, so one 32-bit add does it. */
+static __device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t bytes)
+{
+    return (d & 0xffffffff00000000ull) | (uint32_t)((uint32_t)d + (bytes >> 4));
+}
+
+/* x, computed once: the compiler may not rebuild it from its inputs in every
+ * iteration (it otherwise rematerialises descriptors to save registers). */
+static __device__ __forceinline__ uint64_t opaque(uint64_t x)
+{
+    asm volatile("" : "+l"(x));
+    return x;
+}
+
 /* S = Q K^T for one warpgroup: D / 16 k-steps; a step moves 32 bytes along a
- * 128-byte row, four steps cross into the next column block. */
+ * 128-byte row, four steps cross into the next column block. q and k: the
+ * K-major descriptors of the Q tile and the K tile. */
 template <int D, int BF16>
-static __device__ __forceinline__ void issue_scores(float (&s)[32], uint32_t q_tile,
-                                                    uint32_t k_tile)
+static __device__ __forceinline__ void issue_scores(float (&s)[32], uint64_t q, uint64_t k)
 {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++) {
         const uint32_t off = (uint32_t)((ks >> 2) * SM90_BLOCK_BYTES + (ks & 3) * 32);
-        wgmma_ss_n64<BF16>(s, sw128_desc(q_tile + off, 16, 1024),
-                           sw128_desc(k_tile + off, 16, 1024), ks > 0);
+        wgmma_ss_n64<BF16>(s, desc_at(q, off), desc_at(k, off), ks > 0);
     }
 }
 
 /* O += P V: four k16 steps over the tile's 64 keys; a step moves 16 rows
- * (2048 bytes) down every column block of V. */
+ * (2048 bytes) down every column block of V. v: the MN-major descriptor of
+ * the V tile. */
 template <int D, int BF16>
 static __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&p)[4][4],
-                                                uint32_t v_tile)
+                                                uint64_t v)
 {
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
-        wgmma_rs<D, BF16>(o, p[kk], sw128_desc(v_tile + kk * 2048, SM90_BLOCK_BYTES, 1024));
+        wgmma_rs<D, BF16>(o, p[kk], desc_at(v, kk * 2048));
 }
 
 /* Invisible elements to -inf. w_lo / w_hi: visibility words of the thread's
@@ -201,12 +241,15 @@ static __device__ __forceinline__ void mask_scores(float (&s)[32], uint64_t w_lo
     }
 }
 
-/* The online softmax of one tile, up to the rescale of O: s (scores in log2
- * units) becomes the unnormalised probabilities, m the new running maxima of
- * rows g and g+8, alpha the factor that carries the old O and sums over, sum
- * this tile's (per-thread partial) row sums. A row that has seen nothing
- * visible keeps m = -inf and exponentiates against 0, so it stays exactly 0. */
-static __device__ __forceinline__ void softmax_tile(float (&s)[32], float (&m)[2],
+/* The online softmax of one tile, up to the rescale of O. s holds raw
+ * scores (sign already folded, so that scale > 0 is scale * log2(e)); m is the
+ * running raw maximum of rows g and g+8. s becomes the unnormalised
+ * probabilities exp2(s * scale - m * scale) (one FFMA and one MUFU each), alpha
+ * the factor that carries the old O and sums over (exactly 1 when the maximum
+ * did not move), sum this tile's (per-thread partial) row sums. A row that has
+ * seen nothing visible keeps m = -inf and exponentiates against 0, so it stays
+ * exactly 0. */
+static __device__ __forceinline__ void softmax_tile(float (&s)[32], float scale, float (&m)[2],
                                                     float (&alpha)[2], float (&sum)[2])
 {
     float mx[2] = {-INFINITY, -INFINITY};
@@ -219,14 +262,15 @@ static __device__ __forceinline__ void softmax_tile(float (&s)[32], float (&m)[2
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float m_new = fmaxf(m[r], quad_max(mx[r]));
-        base[r] = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[r] = exp2_approx(m[r] - base[r]);
+        const float b = m_new == -INFINITY ? 0.0f : m_new;
+        alpha[r] = exp2_approx((m[r] - b) * scale);
+        base[r] = b * scale;
         m[r] = m_new;
         sum[r] = 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < 32; i++) {
-        s[i] = exp2_approx(s[i] - base[(i >> 1) & 1]);
+        s[i] = exp2_approx(fmaf(s[i], scale, -base[(i >> 1) & 1]));
         sum[(i >> 1) & 1] += s[i];
     }
 }
@@ -313,17 +357,32 @@ static __device__ __forceinline__ void tile_words(const mask_tiles *t, int bits,
     }
 }
 
-/* Scale, mask (partial tiles and tiles past the keys only) and the softmax. */
+/* Sign, mask (partial tiles and tiles past the keys only) and the softmax.
+ * A negative softmax scale flips the scores, so that the maxima stay maxima. */
 static __device__ __forceinline__ void scores_to_p(float (&s)[32], bool masked,
-                                                   const uint64_t (&w)[2], int shift,
-                                                   float scale_log2, float (&m)[2],
-                                                   float (&alpha)[2], float (&sum)[2])
+                                                   const uint64_t (&w)[2], int shift, bool negate,
+                                                   float scale, float (&m)[2], float (&alpha)[2],
+                                                   float (&sum)[2])
 {
+    if (negate) {
 #pragma unroll
-    for (int i = 0; i < 32; i++)
-        s[i] *= scale_log2;
+        for (int i = 0; i < 32; i++)
+            s[i] = -s[i];
+    }
     if (masked) mask_scores(s, w[0] >> shift, w[1] >> shift);
-    softmax_tile(s, m, alpha, sum);
+    softmax_tile(s, scale, m, alpha, sum);
+}
+
+/* O *= alpha, skipped by a warp whose rows all kept their maxima (alpha == 1
+ * exactly): after the first few tiles of a long row that is most tiles. */
+template <int D>
+static __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2])
+{
+    if (__any_sync(ATTN_FULL_WARP, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int d = 0; d < D / 2; d++)
+            o[d] *= alpha[(d >> 1) & 1];
+    }
 }
 
 /* CTAs per SM the register budget aims at (no spills at these bounds). */
@@ -331,7 +390,8 @@ static __device__ __forceinline__ void scores_to_p(float (&s)[32], bool masked,
 
 template <int D, int WG, int BF16>
 __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
-    attn_blockwise_sm90_kernel(const attn_launch a)
+    attn_blockwise_sm90_kernel(const attn_launch a, const __grid_constant__ CUtensorMap k_map,
+                               const __grid_constant__ CUtensorMap v_map)
 {
     stof_grid_wait(); /* launched with PDL: the inputs are the previous kernel's outputs */
     const int BM = WG * SM90_SUB_ROWS, THREADS = WG * 128;
@@ -339,9 +399,11 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     /* The slack of attn_sm90_smem_bytes lets the base round up to 1024 bytes. */
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-    const uint32_t sq = base;           /* [WG] 64-row Q tiles */
-    const uint32_t sk = sq + WG * TILE; /* [2] K tiles */
-    const uint32_t sv = sk + 2 * TILE;  /* [2] V tiles */
+    const uint32_t sq = base;            /* [WG] 64-row Q tiles */
+    const uint32_t sk = sq + WG * TILE;  /* [2] K tiles */
+    const uint32_t sv = sk + 2 * TILE;   /* [2] V tiles */
+    const uint32_t kbar = sv + 2 * TILE; /* [2] mbarriers: K buffer landed */
+    const uint32_t vbar = kbar + 16;     /* [2] mbarriers: V buffer landed */
 
     const mask_tiles *t = &a.tiles;
     int h, b, x;
@@ -363,6 +425,26 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     /* Row of this thread's accumulator row g inside the mask tile (for the bitmap). */
     const int tile_row = (x % subs) * BM + wg * SM90_SUB_ROWS + warp * 16 + (lane >> 2);
     const int shift = 2 * (lane & 3);
+    const bool negate = a.scale_log2 < 0.0f;
+    const float scale = fabsf(a.scale_log2);
+    /* Descriptors of the Q tile and of K and V buffer 0; buffer 1 lies TILE
+     * bytes further. */
+    const uint64_t q_desc = opaque(sw128_desc(q_tile, 16, 1024));
+    const uint64_t k_desc = opaque(sw128_desc(sk, 16, 1024));
+    const uint64_t v_desc = opaque(sw128_desc(sv, SM90_BLOCK_BYTES, 1024));
+
+    /* One thread moves every K and V tile: a 64 x 64 box per column block,
+     * 128-byte swizzled by the copy engine, completing on the buffer's
+     * mbarrier. Rows: the sequence's own (padded: coordinate 0 of the row
+     * dimension is its first key; packed: k_row0 is). */
+    const bool leader = threadIdx.x == 0;
+    const int kv_y = s.k_row0, kv_w = a.cu_k ? 0 : b;
+    auto load_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int key0) {
+        mbar_arrive_expect_tx(bar, TILE);
+#pragma unroll
+        for (int cb = 0; cb < D / 64; cb++)
+            tma_load_4d(dst + cb * SM90_BLOCK_BYTES, map, bar, cb * 64, kv_y + key0, h, kv_w);
+    };
 
     float o[D / 2], sc[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float alpha[2], sum[2];
@@ -375,75 +457,100 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     for (int i = 0; i < 32; i++)
         sc[i] = 0.0f;
 
-    /* Prologue: Q and K_0 in one group, K_1 and V_0 in the next, which keeps
-     * loading while S_0 and its softmax run. */
+    /* The tile list is read ahead: entering iteration i, col and bits are
+     * tile i's, col_next tile i+1's column (its K loads in iteration i). */
     int col = t->col[e0], bits = t->bits[e0];
+    int col_next = n > 1 ? t->col[e0 + 1] : 0;
+
+    /* Prologue: K_0, K_1 and V_0 on their way; Q by every thread (rows past
+     * the queries zero-filled), published by the barrier. */
+    if (leader) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            mbar_init(kbar + 8 * j, 1);
+        fence_mbar_init();
+        tma_prefetch_map(&k_map);
+        tma_prefetch_map(&v_map);
+        load_tile(sk, &k_map, kbar, col * SM90_BLOCK_N);
+        if (n > 1) load_tile(sk + TILE, &k_map, kbar + 8, col_next * SM90_BLOCK_N);
+        load_tile(sv, &v_map, vbar, col * SM90_BLOCK_N);
+    }
     load_rows<D, BM, THREADS>(sq, s.q, a.q_sl, row0, s.len_q);
-    load_rows<D, SM90_SUB_ROWS, THREADS>(sk, s.k, a.k_sl, col * SM90_BLOCK_N, s.len_k);
     cp_async_commit();
-    if (n > 1)
-        load_rows<D, SM90_SUB_ROWS, THREADS>(sk + TILE, s.k, a.k_sl, t->col[e0 + 1] * SM90_BLOCK_N,
-                                             s.len_k);
-    load_rows<D, SM90_SUB_ROWS, THREADS>(sv, s.v, a.v_sl, col * SM90_BLOCK_N, s.len_k);
-    cp_async_commit();
-    tile_words(t, bits, tile_row, col * SM90_BLOCK_N, s.len_k, w);
     bool masked = bits >= 0 || col * SM90_BLOCK_N + SM90_BLOCK_N > s.len_k;
-    cp_async_wait<1>();
+    if (masked) tile_words(t, bits, tile_row, col * SM90_BLOCK_N, s.len_k, w);
+    cp_async_wait_all();
     fence_proxy_async();
     __syncthreads();
+    int bits_next = n > 1 ? t->bits[e0 + 1] : -1;
+    int col_after = n > 2 ? t->col[e0 + 2] : 0;
+    int key0_prev = col * SM90_BLOCK_N;
+    mbar_wait(kbar, 0);
     wgmma_fence();
-    issue_scores<D, BF16>(sc, q_tile, sk);
+    issue_scores<D, BF16>(sc, q_desc, k_desc);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(sc);
-    scores_to_p(sc, masked, w, shift, a.scale_log2, m, alpha, sum);
+    scores_to_p(sc, masked, w, shift, negate, scale, m, alpha, sum);
     l[0] = sum[0];
     l[1] = sum[1];
     pack_p<BF16>(p, sc);
 
     for (int i = 1; i < n; i++) {
         const int e = e0 + i;
-        col = t->col[e];
-        bits = t->bits[e];
+        col = col_next;
+        bits = bits_next;
+        col_next = col_after;
         const int key0 = col * SM90_BLOCK_N;
-        tile_words(t, bits, tile_row, key0, s.len_k, w);
-        masked = bits >= 0 || key0 + SM90_BLOCK_N > s.len_k;
 
-        /* K_i and V_{i-1} landed; every warpgroup is done with K_{i-1} (its S
-         * was waited for) and with V_{i-2} (its P V was waited for). */
-        cp_async_wait_all();
-        fence_proxy_async();
+        /* K_i and V_{i-1} landed (V_{i-1} with its rows past the keys
+         * zeroed); every warpgroup is done with K_{i-1} (its S was waited
+         * for) and with V_{i-2} (its P V was waited for), so their buffers
+         * take K_{i+1} and V_i. */
+        mbar_wait(kbar + 8 * (i & 1), (i >> 1) & 1);
+        mbar_wait(vbar + 8 * ((i - 1) & 1), ((i - 1) >> 1) & 1);
+        if (key0_prev + SM90_BLOCK_N > s.len_k) {
+            zero_tail_rows<D, THREADS>(sv + ((i - 1) & 1) * TILE, max(s.len_k - key0_prev, 0));
+            fence_proxy_async();
+        }
         __syncthreads();
-        if (i + 1 < n)
-            load_rows<D, SM90_SUB_ROWS, THREADS>(sk + ((i + 1) & 1) * TILE, s.k, a.k_sl,
-                                                 t->col[e + 1] * SM90_BLOCK_N, s.len_k);
-        load_rows<D, SM90_SUB_ROWS, THREADS>(sv + (i & 1) * TILE, s.v, a.v_sl, key0, s.len_k);
-        cp_async_commit();
+        if (leader) {
+            if (i + 1 < n)
+                load_tile(sk + ((i + 1) & 1) * TILE, &k_map, kbar + 8 * ((i + 1) & 1),
+                          col_next * SM90_BLOCK_N);
+            load_tile(sv + (i & 1) * TILE, &v_map, vbar + 8 * (i & 1), key0);
+        }
+        if (i + 1 < n) bits_next = t->bits[e + 1];
+        if (i + 2 < n) col_after = t->col[e + 2];
+        masked = bits >= 0 || key0 + SM90_BLOCK_N > s.len_k;
+        if (masked) tile_words(t, bits, tile_row, key0, s.len_k, w);
 
         wgmma_fence();
-        issue_scores<D, BF16>(sc, q_tile, sk + (i & 1) * TILE);
+        issue_scores<D, BF16>(sc, q_desc, desc_at(k_desc, (i & 1) * TILE));
         wgmma_commit();
-        issue_pv<D, BF16>(o, p, sv + ((i - 1) & 1) * TILE);
+        issue_pv<D, BF16>(o, p, desc_at(v_desc, ((i - 1) & 1) * TILE));
         wgmma_commit();
         wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
         reg_fence(sc);
-        scores_to_p(sc, masked, w, shift, a.scale_log2, m, alpha, sum);
+        scores_to_p(sc, masked, w, shift, negate, scale, m, alpha, sum);
         wgmma_wait<0>();
         reg_fence(o);
-#pragma unroll
-        for (int d = 0; d < D / 2; d++)
-            o[d] *= alpha[(d >> 1) & 1];
+        rescale_o<D>(o, alpha);
         l[0] = l[0] * alpha[0] + sum[0];
         l[1] = l[1] * alpha[1] + sum[1];
         pack_p<BF16>(p, sc);
+        key0_prev = key0;
     }
 
     /* The last P V once V_{n-1} has landed. */
-    cp_async_wait_all();
-    fence_proxy_async();
+    mbar_wait(vbar + 8 * ((n - 1) & 1), ((n - 1) >> 1) & 1);
+    if (key0_prev + SM90_BLOCK_N > s.len_k) {
+        zero_tail_rows<D, THREADS>(sv + ((n - 1) & 1) * TILE, max(s.len_k - key0_prev, 0));
+        fence_proxy_async();
+    }
     __syncthreads();
     wgmma_fence();
-    issue_pv<D, BF16>(o, p, sv + ((n - 1) & 1) * TILE);
+    issue_pv<D, BF16>(o, p, desc_at(v_desc, ((n - 1) & 1) * TILE));
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(o);
@@ -456,7 +563,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
 /* ---------------------------------------------------------------- host */
 
 /* Every instantiation: head dims 64 and 128, one or two warpgroups, fp16 and bf16. */
-typedef void (*sm90_kernel_fn)(const attn_launch);
+typedef void (*sm90_kernel_fn)(const attn_launch, const CUtensorMap, const CUtensorMap);
 typedef struct sm90_variant {
     int head_dim, wg, bf16;
     sm90_kernel_fn fn;
@@ -490,6 +597,47 @@ extern "C" stof_status attn_blockwise_sm90_prepare(void)
     return STOF_OK;
 }
 
+/* The tensor map of k or v (base x, element strides sb, sh, sl): 64 x 64
+ * boxes (64 elements of one column block, 64 rows) of one head and batch
+ * entry, 128-byte swizzled, zeros past the tensor. Padded layout: dimensions
+ * (D, Lk, H, B); packed: (D, Tk, H, 1), the kernel adding the sequence's
+ * first row. A dimension of extent 1 is never stepped, so its stride (free
+ * to be anything in the caller's tensor) is replaced by a valid one. */
+static stof_status encode_kv(CUtensorMap *map, const char *name, const attn_launch *a,
+                             const void *x, int64_t sb, int64_t sh, int64_t sl)
+{
+    stof_tma_encode_fn encode = stof_tma_encoder();
+    STOF_REQUIRE(encode, STOF_ERR_UNSUPPORTED,
+                 "sm_90 attention: the CUDA driver offers no cuTensorMapEncodeTiled (driver too "
+                 "old?)");
+    const int64_t rows = a->cu_k ? a->tk : a->lk, batch = a->cu_k ? 1 : a->batch;
+    const cuuint64_t dims[4] = {(cuuint64_t)a->head_dim, (cuuint64_t)(rows > 0 ? rows : 1),
+                                (cuuint64_t)a->heads, (cuuint64_t)batch};
+    int64_t st[3] = {sl * 2, sh * 2, sb * 2};
+    if (rows <= 1) st[0] = (int64_t)a->head_dim * 2;
+    if (a->heads == 1) st[1] = st[0] * (int64_t)dims[1];
+    if (batch == 1) st[2] = st[1] * a->heads;
+    for (int d = 0; d < 3; d++)
+        STOF_REQUIRE(st[d] > 0 && st[d] % 16 == 0 && st[d] < (1ll << 40), STOF_ERR_UNSUPPORTED,
+                     "sm_90 attention: %s has a stride of %lld bytes in dimension %d, which the "
+                     "copy engine cannot step (positive multiple of 16 below 2^40)",
+                     name, (long long)st[d], d);
+    const cuuint64_t strides[3] = {(cuuint64_t)st[0], (cuuint64_t)st[1], (cuuint64_t)st[2]};
+    const cuuint32_t box[4] = {64, SM90_SUB_ROWS, 1, 1};
+    const cuuint32_t steps[4] = {1, 1, 1, 1};
+    const CUresult r =
+        encode(map, a->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+               const_cast<void *>(x), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    STOF_REQUIRE(r == CUDA_SUCCESS, STOF_ERR_CUDA,
+                 "sm_90 attention: cuTensorMapEncodeTiled failed (CUresult %d) for %s = %p, "
+                 "%llu x %llu x %llu x %llu",
+                 (int)r, name, x, (unsigned long long)dims[0], (unsigned long long)dims[1],
+                 (unsigned long long)dims[2], (unsigned long long)dims[3]);
+    return STOF_OK;
+}
+
 extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, int block_m,
                                                void *stream)
 {
@@ -510,6 +658,10 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
                  "sm_90 block-wise dispatch: no variant for head dim %d, %d warps", a->head_dim,
                  warps);
     STOF_TRY(attn_blockwise_sm90_prepare());
-    return attn_block_launch(a, (const void *)v->fn, block_m, 128 * wg,
-                             (size_t)variant_smem(v), (cudaStream_t)stream);
+    CUtensorMap k_map, v_map;
+    STOF_TRY(encode_kv(&k_map, "k", a, a->k, a->k_sb, a->k_sh, a->k_sl));
+    STOF_TRY(encode_kv(&v_map, "v", a, a->v, a->v_sb, a->v_sh, a->v_sl));
+    void *args[3] = {(void *)a, (void *)&k_map, (void *)&v_map};
+    return attn_block_launch(a, (const void *)v->fn, block_m, 128 * wg, (size_t)variant_smem(v),
+                             (cudaStream_t)stream, args);
 }

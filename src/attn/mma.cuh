@@ -162,10 +162,12 @@ static __device__ __forceinline__ void attn_block_order(const attn_launch *a, in
     }
 }
 
-/* Launches a block-wise kernel fn (parameter: the attn_launch) of threads
- * threads on the grid of attn_block_order, block_m query rows per CTA. */
+/* Launches a block-wise kernel fn of threads threads on the grid of
+ * attn_block_order, block_m query rows per CTA. args: the kernel's parameters
+ * (the first is the attn_launch a); NULL: a alone. */
 static inline stof_status attn_block_launch(const attn_launch *a, const void *fn, int block_m,
-                                            int threads, size_t smem, cudaStream_t stream)
+                                            int threads, size_t smem, cudaStream_t stream,
+                                            void **args = NULL)
 {
     const int64_t row_blocks = (int64_t)a->tiles.n_trow * (a->tiles.tile_m / block_m);
     STOF_REQUIRE(row_blocks <= 65535 && a->batch <= 65535 && a->heads <= 65535,
@@ -176,8 +178,9 @@ static inline stof_status attn_block_launch(const attn_launch *a, const void *fn
     const dim3 grid = a->heavy_first
                           ? dim3((unsigned)a->heads, (unsigned)a->batch, (unsigned)row_blocks)
                           : dim3((unsigned)row_blocks, (unsigned)a->heads, (unsigned)a->batch);
-    void *args[1] = {(void *)a};
-    STOF_CUDA_TRY(stof_launch_pdl(a->pdl != 0, fn, grid, dim3(threads), args, smem, stream));
+    void *only_a[1] = {(void *)a};
+    STOF_CUDA_TRY(
+        stof_launch_pdl(a->pdl != 0, fn, grid, dim3(threads), args ? args : only_a, smem, stream));
     return STOF_CUDA(cudaGetLastError());
 }
 
@@ -189,6 +192,7 @@ typedef struct attn_seq {
     const uint16_t *q, *k, *v;
     uint16_t *o;
     int len_q, len_k, store_rows;
+    int k_row0; /* packed layout: the sequence's first row of k and v; 0 when padded */
 } attn_seq;
 
 static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int b, int h)
@@ -214,6 +218,7 @@ static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int
         s.len_q = min(s.len_q, s.store_rows);
         s.len_k = min(s.len_k, k_ok && k1 > k0 ? (int)(k1 - k0) : 0);
     }
+    s.k_row0 = (int)k0;
     s.q = (const uint16_t *)a->q + b * a->q_sb + h * a->q_sh + q0 * a->q_sl;
     s.k = (const uint16_t *)a->k + b * a->k_sb + h * a->k_sh + k0 * a->k_sl;
     s.v = (const uint16_t *)a->v + b * a->v_sb + h * a->v_sh + k0 * a->v_sl;

@@ -115,7 +115,7 @@ int attn_sm90_config_fits(int head_dim, int tile_m, int tile_n, int warps, int b
 
 int64_t attn_sm90_smem_bytes(int head_dim, int block_m)
 {
-    return ((int64_t)block_m + 4 * 64) * head_dim * 2 + 1024;
+    return ((int64_t)block_m + 4 * 64) * head_dim * 2 + 1024 + 64;
 }
 
 int attn_sm90_usable(const attn_device *dev, int head_dim, int tile_m, int tile_n)

@@ -134,7 +134,8 @@ double attn_bw_score(const attn_bw_config *c, const attn_problem *p, const attn_
 int attn_sm90_config_fits(int head_dim, int tile_m, int tile_n, int warps, int block_m);
 int attn_sm90_usable(const attn_device *dev, int head_dim, int tile_m, int tile_n);
 /* Dynamic shared memory of one sm_90 CTA: Q block, two K and two V tiles of
- * 64 rows, unpadded (128-byte swizzle), plus 1024 bytes to align the base. */
+ * 64 rows, unpadded (128-byte swizzle), plus 1024 bytes to align the base and
+ * 64 for the mbarriers of the K and V buffers. */
 int64_t attn_sm90_smem_bytes(int head_dim, int block_m);
 
 /* The decision. forced: STOF_ATTN_AUTO, _BLOCKWISE, _BLOCKWISE_SM90 or

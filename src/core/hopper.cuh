@@ -1,13 +1,19 @@
 /*
  * hopper.cuh — PTX wrappers shared by the sm_90a kernels (warpgroup MMA):
  * the wgmma fence / commit / wait, a register fence for its accumulators, the
- * shared-memory matrix descriptor of 128-byte-swizzled tiles, and the operand
- * list macro of accumulator fragments. Included only by *_sm90.cu files.
+ * shared-memory matrix descriptor of 128-byte-swizzled tiles, the operand
+ * list macro of accumulator fragments, mbarriers and bulk tensor copies (TMA),
+ * and on the host the driver's tensor-map encoder. Included only by *_sm90.cu
+ * files.
  */
 #ifndef STOF_CORE_HOPPER_CUH
 #define STOF_CORE_HOPPER_CUH
 
 #include <stdint.h>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 static __device__ __forceinline__ void wgmma_fence(void)
 {
@@ -48,6 +54,102 @@ static __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lb
 {
     return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
            ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+/* ---------------------------------------------------------------- mbarriers and TMA */
+
+static __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+/* Makes the barrier initialisations visible to the async proxy (TMA). */
+static __device__ __forceinline__ void fence_mbar_init(void)
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+/* Blocks until the phase of the given parity has completed. */
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+/* Arrives and raises the bytes the current phase waits for. */
+static __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+/* The box at (k0, row0) of a 2-D tensor map into shared memory at dst; its
+ * bytes complete on bar (out-of-range elements arrive as zeros and count). */
+static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map,
+                                                   uint32_t bar, int k0, int row0)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(bar)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map)
+{
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+/* The box at (c0, c1, c2, c3) of a 4-D tensor map into shared memory at dst;
+ * its bytes complete on bar (out-of-range elements arrive as zeros and count). */
+static __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map,
+                                                   uint32_t bar, int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+                 : "memory");
+}
+
+/* ---------------------------------------------------------------- host: tensor maps */
+
+typedef PFN_cuTensorMapEncodeTiled_v12000 stof_tma_encode_fn;
+
+static inline stof_tma_encode_fn stof_tma_lookup_encoder(void)
+{
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                     cudaEnableDefault, &found);
+#else
+    cudaError_t e =
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
+#endif
+    if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError(); /* not the caller's error to find later */
+        return NULL;
+    }
+    return (stof_tma_encode_fn)fn;
+}
+
+/* The driver's encoder, looked up once (a function-local static is initialised
+ * once even when threads race to it). */
+static inline stof_tma_encode_fn stof_tma_encoder(void)
+{
+    static const stof_tma_encode_fn fn = stof_tma_lookup_encoder();
+    return fn;
 }
 
 /* Eight accumulator registers d[i..i+7] as read-write asm operands. */

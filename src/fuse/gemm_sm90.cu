@@ -86,59 +86,6 @@ template <int BN, int WG, int STAGES> struct sm90_traits {
 
 /* ---------------------------------------------------------------- PTX */
 
-static __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-/* Makes the barrier initialisations visible to the async proxy (TMA). */
-static __device__ __forceinline__ void fence_mbar_init(void)
-{
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-
-/* Blocks until the phase of the given parity has completed. */
-static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
-static __device__ __forceinline__ void mbar_arrive(uint32_t bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-/* Arrives and raises the bytes the current phase waits for. */
-static __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-
-/* The box at (k0, row0) of a 2-D tensor map into shared memory at dst; its
- * bytes complete on bar (out-of-range elements arrive as zeros and count). */
-static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map,
-                                                   uint32_t bar, int k0, int row0)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(bar)
-                 : "memory");
-}
-
-static __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map)
-{
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
 template <int N> static __device__ __forceinline__ void setmaxnreg_dec(void)
 {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
@@ -362,40 +309,12 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
 
 /* ---------------------------------------------------------------- host */
 
-typedef PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_fn;
-
-static encode_tiled_fn lookup_encode_tiled(void)
-{
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                     cudaEnableDefault, &found);
-#else
-    cudaError_t e =
-        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
-#endif
-    if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) {
-        (void)cudaGetLastError(); /* not the caller's error to find later */
-        return NULL;
-    }
-    return (encode_tiled_fn)fn;
-}
-
-/* The driver's encoder, looked up once (a function-local static is initialised
- * once even when threads race to it). */
-static encode_tiled_fn encode_tiled(void)
-{
-    static const encode_tiled_fn fn = lookup_encode_tiled();
-    return fn;
-}
-
 /* A row-major [rows, k] operand as TMA boxes of 64 K elements x box_rows rows,
  * 128-byte swizzled, zeros outside the tensor. */
 static stof_status encode_operand(CUtensorMap *map, const char *name, const void *ptr,
                                   stof_dtype dtype, int64_t rows, int k, int box_rows)
 {
-    encode_tiled_fn encode = encode_tiled();
+    stof_tma_encode_fn encode = stof_tma_encoder();
     STOF_REQUIRE(encode, STOF_ERR_UNSUPPORTED,
                  "gemm_sm90: the CUDA driver offers no cuTensorMapEncodeTiled (driver too old?)");
     const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
