@@ -2,12 +2,13 @@
  * bench_attention.c — stof's sparse attention on the BENCH.md shapes and
  * masks: median time over many runs (CUDA events around each call, after
  * warm-up), effective TFLOP/s counting only visible pairs (4 * nnz * D), the
- * kernel the selector picked (and, with --all-kernels, each kernel forced),
- * the mask compile time, and a check of sampled rows against the CPU
- * reference in the same run. Exits 77 without a GPU.
+ * kernel the selector picked (and, with --all-kernels, each kernel forced;
+ * with --sm90-warps, the Hopper kernel with one or two warpgroups instead of
+ * the selector's pick), the mask compile time, and a check of sampled rows
+ * against the CPU reference in the same run. Exits 77 without a GPU.
  *
  *   bench_attention [--iters N] [--warmup N] [--all-kernels] [--tile M,N]
- *                   [--shape B,H,L,D] [--mask NAME]
+ *                   [--sm90-warps 4|8] [--shape B,H,L,D] [--mask NAME]
  *
  * The one non-obvious choice: the check decodes nothing from the compiled
  * mask; it rebuilds each sampled row's visibility from the spec, so a wrong
@@ -44,6 +45,7 @@ static const char *const mask_names[] = {"dense",      "causal",  "window", "dil
 typedef struct options {
     int iters, warmup;
     int all_kernels;
+    int sm90_warps; /* > 0: the sm_90 kernel forced with this many warps */
     int tile_m, tile_n;
     int one_shape;
     shape shape;
@@ -261,7 +263,14 @@ static void bench_case(stof_ctx *ctx, const shape *sh, const char *mname, const 
         stof_attn_params p = stof_attn_default_params();
         stof_attn_choice ch;
         const stof_attn_choice *forced = NULL;
-        if (r < 2) {
+        if (r == 0 && opt->sm90_warps > 0) {
+            memset(&ch, 0, sizeof ch);
+            ch.kernel = STOF_ATTN_BLOCKWISE_SM90;
+            ch.warps = opt->sm90_warps;
+            ch.block_m = 16 * opt->sm90_warps;
+            ch.block_n = stats.tile_n;
+            forced = &ch;
+        } else if (r < 2) {
             p.kernel = kinds[r];
             if (stof_attention_select(ctx, &p, &q, mask, &ch) != STOF_OK) {
                 printf("%2d %2d %5d %3d  %-10s  %-9s  (%s)\n", sh->B, sh->H, sh->L, sh->D, mname,
@@ -300,19 +309,21 @@ static void bench_case(stof_ctx *ctx, const shape *sh, const char *mname, const 
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_attention [--iters N] [--warmup N] [--all-kernels] "
-                    "[--tile M,N] [--shape B,H,L,D] [--mask NAME]\n");
+                    "[--tile M,N] [--sm90-warps 4|8] [--shape B,H,L,D] [--mask NAME]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
-    options opt = {50, 10, 0, 0, 0, 0, {0, 0, 0, 0}, NULL};
+    options opt = {.iters = 50, .warmup = 10};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--all-kernels"))
             opt.all_kernels = 1;
         else if (!val)
             usage();
+        else if (!strcmp(a, "--sm90-warps"))
+            opt.sm90_warps = atoi(argv[++i]);
         else if (!strcmp(a, "--iters"))
             opt.iters = atoi(argv[++i]);
         else if (!strcmp(a, "--warmup"))

@@ -27,7 +27,15 @@ static attn_device a100(void)
 
 static attn_problem problem(int B, int H, int L, int D, int tm, int tn, double tiles_per_row)
 {
-    attn_problem p = {B, H, L, L, D, tm, tn, tiles_per_row};
+    attn_problem p = {B, H, L, L, D, tm, tn, tiles_per_row, 1.0};
+    return p;
+}
+
+/* The same with rows as imbalanced as a causal mask's (most / mean = 2). */
+static attn_problem causal(int B, int H, int L, int D, int tm, int tn, double tiles_per_row)
+{
+    attn_problem p = problem(B, H, L, D, tm, tn, tiles_per_row);
+    p.row_imbalance = 2.0;
     return p;
 }
 
@@ -238,27 +246,35 @@ static void test_sm90_rule(void)
           (long long)attn_sm90_smem_bytes(64, 64));
 
     attn_device d = h100_sm90();
-    /* Dense (4, 16, 4096) D=64, 128x64 tiles: 2048 CTAs of 128 rows >= 132 SMs: two
-     * warpgroups; the score stays the mma.sync model's 262144. */
+    /* Dense (4, 16, 4096) D=64, 128x64 tiles: balanced rows, one warpgroup; the score
+     * stays the mma.sync model's 262144. Causal: imbalanced long rows, 2048 CTAs of
+     * 128 rows >= 132 SMs: two warpgroups. */
     attn_problem p = problem(4, 16, 4096, 64, 128, 64, 64.0);
     stof_attn_choice ch;
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE_SM90 && ch.warps == 8 && ch.block_m == 128 &&
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE_SM90 && ch.warps == 4 && ch.block_m == 64 &&
               ch.block_n == 64 && close_to(ch.score, 262144.0),
           "dense 4096 128x64 on sm_90: kernel %d warps %d block %d score %g", ch.kernel, ch.warps,
           ch.block_m, ch.score);
+    check_choice("causal 4096 128x64 on sm_90", causal(4, 16, 4096, 64, 128, 64, 32.0), d,
+                 STOF_ATTN_BLOCKWISE_SM90, 8, 128);
+    /* Causal at L = 1024 (8 tiles a row on average): short rows, one warpgroup. */
+    check_choice("causal 1024 128x64 on sm_90", causal(8, 12, 1024, 64, 128, 64, 8.0), d,
+                 STOF_ATTN_BLOCKWISE_SM90, 4, 64);
     check_choice("dense 4096 64x64 on sm_90", problem(4, 16, 4096, 64, 64, 64, 64.0), d,
                  STOF_ATTN_BLOCKWISE_SM90, 4, 64);
     /* (1, 12, 128) on 128x64 tiles: 12 CTAs of 128 rows < 132 SMs: one warpgroup. */
     check_choice("small 128x64 on sm_90", problem(1, 12, 128, 64, 128, 64, 2.0), d,
                  STOF_ATTN_BLOCKWISE_SM90, 4, 64);
-    /* 132 CTAs of 128 rows, one per SM: two warpgroups; 131: one. */
-    check_choice("132 CTAs on sm_90", problem(1, 132, 128, 128, 128, 64, 2.0), d,
+    /* Imbalanced long rows, 132 CTAs of 128 rows, one per SM: two warpgroups; 131: one. */
+    check_choice("132 CTAs on sm_90", causal(1, 132, 128, 128, 128, 64, 16.0), d,
                  STOF_ATTN_BLOCKWISE_SM90, 8, 128);
-    check_choice("131 CTAs on sm_90", problem(1, 131, 128, 128, 128, 64, 2.0), d,
+    check_choice("131 CTAs on sm_90", causal(1, 131, 128, 128, 128, 64, 16.0), d,
                  STOF_ATTN_BLOCKWISE_SM90, 4, 64);
-    /* D = 128 (8, 12, 1024): 768 CTAs: two warpgroups. */
-    check_choice("D128 on sm_90", problem(8, 12, 1024, 128, 128, 64, 16.0), d,
+    /* D = 128 (8, 12, 1024), 16 tiles a row: dense one warpgroup, causal two. */
+    check_choice("D128 dense on sm_90", problem(8, 12, 1024, 128, 128, 64, 16.0), d,
+                 STOF_ATTN_BLOCKWISE_SM90, 4, 64);
+    check_choice("D128 causal on sm_90", causal(8, 12, 1024, 128, 128, 64, 16.0), d,
                  STOF_ATTN_BLOCKWISE_SM90, 8, 128);
     /* Head dim 32 stays on mma.sync; sparse rows stay row-wise; 32x32 tiles too. */
     p = problem(4, 16, 4096, 32, 128, 64, 64.0);
@@ -281,7 +297,7 @@ static void test_sm90_rule(void)
     nb.sm90_kernels = 0;
     check_choice("not built", p, nb, STOF_ATTN_BLOCKWISE, 4, 128);
     check_choice("cc unknown", p, h100(), STOF_ATTN_BLOCKWISE, 4, 128);
-    /* 48 KiB per block: one warpgroup at D=64 fits (41984 bytes), two do not (50176). */
+    /* 48 KiB per block: one warpgroup at D=64 fits (42048 bytes), two do not (50240). */
     attn_device tiny = d;
     tiny.smem_per_block = 48 * 1024;
     CHECK(attn_sm90_usable(&tiny, 64, 128, 64) && !attn_sm90_usable(&tiny, 128, 128, 64),
@@ -291,7 +307,7 @@ static void test_sm90_rule(void)
     /* Forced: the sm_90 kernel even on a sparse mask; refused where it cannot run. */
     p = problem(4, 16, 4096, 64, 128, 64, 0.5);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90, &ch));
-    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE_SM90 && ch.warps == 8, "forced sm_90: kernel %d",
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE_SM90 && ch.warps == 4, "forced sm_90: kernel %d",
           ch.kernel);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE, &ch));
     CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "forced mma.sync on sm_90: kernel %d", ch.kernel);

@@ -244,6 +244,7 @@ static attn_problem problem_of(const attn_shape *s, stof_mask *mask)
     p.tile_n = t->tile_n;
     /* Without an estimate assume every tile is listed (dense): the safe side. */
     p.tiles_per_row = e ? e->tiles_per_row : (double)t->n_tcol;
+    p.row_imbalance = e ? e->row_imbalance : 1.0;
     return p;
 }
 

@@ -51,9 +51,17 @@
  *    dim is 64 or 128 and the tiles are 64 x 64 or 128 x 64. When 1. and 2.
  *    decide block-wise and it is usable, it runs instead of the mma.sync
  *    kernel, with
- *        two warpgroups (block_m 128, 8 warps) when tile_m = 128 and
- *            B * H * n_trow >= sm_count (every SM gets a CTA of 128 rows),
+ *        two warpgroups (block_m 128, 8 warps) when tile_m = 128, the rows
+ *            are imbalanced (row_imbalance > ATTN_HEAVY_FIRST_IMBALANCE: causal
+ *            and global-token masks), long (tiles_per_row >=
+ *            ATTN_SM90_TWO_WG_TILES) and B * H * n_trow >= sm_count (every SM
+ *            gets a CTA of 128 rows),
  *        one warpgroup (block_m 64, 4 warps) otherwise (twice the CTAs).
+ *    Measured on an H200 (bench_attention --sm90-warps, 128x64 tiles): one
+ *    warpgroup, up to three CTAs a SM, is 2-7% faster on dense, dilated,
+ *    window and varlen masks at L = 1024 and 4096, head dims 64 and 128;
+ *    two are faster on causal rows at L = 4096 (4% at D = 64, 23% at
+ *    D = 128), where the long heavy rows gain from sharing every K/V tile.
  *    The score stays the block-wise figure of 2. (the model is calibrated for
  *    mma.sync; here it only separates block-wise from row-wise).
  *
@@ -83,6 +91,9 @@ extern "C" {
  * tiles of the rows (causal about 2, global tokens far more); otherwise row
  * blocks fastest, so that neighbouring CTAs share one head's K/V tiles in L2. */
 #define ATTN_HEAVY_FIRST_IMBALANCE 1.5
+/* Listed tiles per row from which imbalanced rows take two warpgroups on the
+ * sm_90 kernel (rule 3). */
+#define ATTN_SM90_TWO_WG_TILES 16.0
 
 typedef struct attn_device {
     int sm_count;
@@ -98,6 +109,7 @@ typedef struct attn_problem {
     int batch, heads, lq, lk, head_dim;
     int tile_m, tile_n;   /* the compiled mask's tile shape */
     double tiles_per_row; /* listed tiles per (instance, tile row), mask_estimate */
+    double row_imbalance; /* most listed tiles of one row / the mean (mask_estimate) */
 } attn_problem;
 
 typedef struct attn_bw_config {
