@@ -445,6 +445,15 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         for (int cb = 0; cb < D / 64; cb++)
             tma_load_4d(dst + cb * SM90_BLOCK_BYTES, map, bar, cb * 64, kv_y + key0, h, kv_w);
     };
+    /* Waits for V_j (first key key0) and zeroes its rows past the keys; the
+     * caller's barrier then publishes them to every warpgroup. */
+    auto v_landed = [&](int j, int key0) {
+        mbar_wait(vbar + 8 * (j & 1), (j >> 1) & 1);
+        if (key0 + SM90_BLOCK_N > s.len_k) {
+            zero_tail_rows<D, THREADS>(sv + (j & 1) * TILE, max(s.len_k - key0, 0));
+            fence_proxy_async();
+        }
+    };
 
     float o[D / 2], sc[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float alpha[2], sum[2];
@@ -508,11 +517,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
          * for) and with V_{i-2} (its P V was waited for), so their buffers
          * take K_{i+1} and V_i. */
         mbar_wait(kbar + 8 * (i & 1), (i >> 1) & 1);
-        mbar_wait(vbar + 8 * ((i - 1) & 1), ((i - 1) >> 1) & 1);
-        if (key0_prev + SM90_BLOCK_N > s.len_k) {
-            zero_tail_rows<D, THREADS>(sv + ((i - 1) & 1) * TILE, max(s.len_k - key0_prev, 0));
-            fence_proxy_async();
-        }
+        v_landed(i - 1, key0_prev);
         __syncthreads();
         if (leader) {
             if (i + 1 < n)
@@ -543,11 +548,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     }
 
     /* The last P V once V_{n-1} has landed. */
-    mbar_wait(vbar + 8 * ((n - 1) & 1), ((n - 1) >> 1) & 1);
-    if (key0_prev + SM90_BLOCK_N > s.len_k) {
-        zero_tail_rows<D, THREADS>(sv + ((n - 1) & 1) * TILE, max(s.len_k - key0_prev, 0));
-        fence_proxy_async();
-    }
+    v_landed(n - 1, key0_prev);
     __syncthreads();
     wgmma_fence();
     issue_pv<D, BF16>(o, p, desc_at(v_desc, ((n - 1) & 1) * TILE));
@@ -606,10 +607,6 @@ extern "C" stof_status attn_blockwise_sm90_prepare(void)
 static stof_status encode_kv(CUtensorMap *map, const char *name, const attn_launch *a,
                              const void *x, int64_t sb, int64_t sh, int64_t sl)
 {
-    stof_tma_encode_fn encode = stof_tma_encoder();
-    STOF_REQUIRE(encode, STOF_ERR_UNSUPPORTED,
-                 "sm_90 attention: the CUDA driver offers no cuTensorMapEncodeTiled (driver too "
-                 "old?)");
     const int64_t rows = a->cu_k ? a->tk : a->lk, batch = a->cu_k ? 1 : a->batch;
     const cuuint64_t dims[4] = {(cuuint64_t)a->head_dim, (cuuint64_t)(rows > 0 ? rows : 1),
                                 (cuuint64_t)a->heads, (cuuint64_t)batch};
@@ -624,18 +621,7 @@ static stof_status encode_kv(CUtensorMap *map, const char *name, const attn_laun
                      name, (long long)st[d], d);
     const cuuint64_t strides[3] = {(cuuint64_t)st[0], (cuuint64_t)st[1], (cuuint64_t)st[2]};
     const cuuint32_t box[4] = {64, SM90_SUB_ROWS, 1, 1};
-    const cuuint32_t steps[4] = {1, 1, 1, 1};
-    const CUresult r =
-        encode(map, a->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-               const_cast<void *>(x), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    STOF_REQUIRE(r == CUDA_SUCCESS, STOF_ERR_CUDA,
-                 "sm_90 attention: cuTensorMapEncodeTiled failed (CUresult %d) for %s = %p, "
-                 "%llu x %llu x %llu x %llu",
-                 (int)r, name, x, (unsigned long long)dims[0], (unsigned long long)dims[1],
-                 (unsigned long long)dims[2], (unsigned long long)dims[3]);
-    return STOF_OK;
+    return stof_tma_encode_sw128(map, "sm_90 attention", name, a->bf16, 4, x, dims, strides, box);
 }
 
 extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, int block_m,

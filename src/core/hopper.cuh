@@ -10,6 +10,9 @@
 #define STOF_CORE_HOPPER_CUH
 
 #include <stdint.h>
+#include <stdio.h>
+
+#include "core/core.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -150,6 +153,35 @@ static inline stof_tma_encode_fn stof_tma_encoder(void)
 {
     static const stof_tma_encode_fn fn = stof_tma_lookup_encoder();
     return fn;
+}
+
+/* A tiled tensor map of fp16 or bf16 elements, 128-byte swizzled, zeros
+ * outside the tensor: rank dimensions (innermost first), rank - 1 byte
+ * strides, the box in elements. who and name go into the error messages. */
+static inline stof_status stof_tma_encode_sw128(CUtensorMap *map, const char *who, const char *name,
+                                                int bf16, int rank, const void *ptr,
+                                                const cuuint64_t *dims, const cuuint64_t *strides,
+                                                const cuuint32_t *box)
+{
+    stof_tma_encode_fn encode = stof_tma_encoder();
+    STOF_REQUIRE(encode, STOF_ERR_UNSUPPORTED,
+                 "%s: the CUDA driver offers no cuTensorMapEncodeTiled (driver too old?)", who);
+    const cuuint32_t steps[5] = {1, 1, 1, 1, 1};
+    const CUresult r =
+        encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+               (cuuint32_t)rank, const_cast<void *>(ptr), dims, strides, box, steps,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        char shape[96] = "";
+        for (int d = 0, at = 0; d < rank && at < (int)sizeof shape; d++)
+            at += snprintf(shape + at, sizeof shape - (size_t)at, d ? " x %llu" : "%llu",
+                           (unsigned long long)dims[d]);
+        return stof_error(STOF_ERR_CUDA,
+                          "%s: cuTensorMapEncodeTiled failed (CUresult %d) for %s = %p, %s", who,
+                          (int)r, name, ptr, shape);
+    }
+    return STOF_OK;
 }
 
 /* Eight accumulator registers d[i..i+7] as read-write asm operands. */

@@ -278,8 +278,7 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
 #pragma unroll
             for (int ks = 0; ks < 4; ks++)
                 wgmma_ss<T, BN>(acc, sw128_desc(a + 32 * ks, 16, 1024),
-                               sw128_desc(b + 32 * ks, 16, 1024),
-                                kt > 0 || ks > 0);
+                                sw128_desc(b + 32 * ks, 16, 1024), kt > 0 || ks > 0);
             wgmma_commit();
             /* The previous slice's group has retired: its stage may be refilled. */
             wgmma_wait<1>();
@@ -314,23 +313,11 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
 static stof_status encode_operand(CUtensorMap *map, const char *name, const void *ptr,
                                   stof_dtype dtype, int64_t rows, int k, int box_rows)
 {
-    stof_tma_encode_fn encode = stof_tma_encoder();
-    STOF_REQUIRE(encode, STOF_ERR_UNSUPPORTED,
-                 "gemm_sm90: the CUDA driver offers no cuTensorMapEncodeTiled (driver too old?)");
     const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)k * 2};
     const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
-    const cuuint32_t steps[2] = {1, 1};
-    const CUresult r = encode(
-        map,
-        dtype == STOF_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
-        const_cast<void *>(ptr), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    STOF_REQUIRE(r == CUDA_SUCCESS, STOF_ERR_CUDA,
-                 "gemm_sm90: cuTensorMapEncodeTiled failed (CUresult %d) for %s = %p, %lld x %d",
-                 (int)r, name, ptr, (long long)rows, k);
-    return STOF_OK;
+    return stof_tma_encode_sw128(map, "gemm_sm90", name, dtype == STOF_BF16, 2, ptr, dims, strides,
+                                 box);
 }
 
 template <typename T, int BN, int WG, int STAGES>
