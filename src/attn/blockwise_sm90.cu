@@ -44,6 +44,24 @@
  * suffice, with K_{i+1} and V_i loaded during iteration i. (ptxas currently
  * schedules the softmax after the second wait anyway; the overlap then comes
  * from the other warpgroups resident on the SM.)
+ *
+ * Measured on an H200 and left out (bench_attention, both variants built from
+ * one tree and run alternately on one GPU):
+ *  - Keeping the softmax ahead of the second wait. ptxas hoists
+ *    wgmma.wait_group to the top of its basic block, so the wait has to sit
+ *    behind a branch; the rescale's skip branch serves, but only when the
+ *    whole warpgroup takes it alike (the wait is .aligned over the
+ *    warpgroup: a per-warp vote there fails compute-sanitizer synccheck and
+ *    gives wrong output under it). Deciding it by a warpgroup barrier
+ *    reduction per tile measured within 1% of this kernel at L = 4096 and
+ *    within 3% either way at L = 1024.
+ *  - Steps of two tiles (one n128 K^T product and eight k16 P V steps per
+ *    barrier, row maxima and rescale): a fifth fewer instructions per key at
+ *    head dim 64, but 3-25% slower than one tile per step with the same
+ *    softmax placement (dense 4096: 0.690 against 0.655 ms; window 4096:
+ *    0.102 against 0.082 ms; window 1024: 0.046 against 0.036 ms), with three
+ *    CTAs per SM instead of four (scores of 64 x 128 per warpgroup, four-tile
+ *    buffers).
  */
 #include "attn/attn.h"
 #include "attn/bits.h"
