@@ -18,7 +18,7 @@ const char *cli_next(cli_args *a, bool *is_option)
     return s;
 }
 
-const char *cli_value(cli_args *a, const char *opt)
+static const char *cli_value(cli_args *a, const char *opt)
 {
     if (a->pos >= a->argc) {
         fprintf(stderr, "stof %s: %s needs a value\n", a->cmd, opt);
@@ -37,7 +37,8 @@ static bool parse_long(const char *text, long *out)
     return true;
 }
 
-bool cli_int(const cli_args *a, const char *opt, const char *text, long lo, long hi, int *out)
+static bool cli_int(const cli_args *a, const char *opt, const char *text, long lo, long hi,
+                    int *out)
 {
     long v;
     if (!parse_long(text, &v) || v < lo || v > hi) {
@@ -49,8 +50,8 @@ bool cli_int(const cli_args *a, const char *opt, const char *text, long lo, long
     return true;
 }
 
-bool cli_int_list(const cli_args *a, const char *opt, const char *text, long lo, long hi,
-                  int32_t *out, int cap, int *n)
+static bool cli_int_list(const cli_args *a, const char *opt, const char *text, long lo, long hi,
+                         int32_t *out, int cap, int *n)
 {
     char buf[4096];
     if (strlen(text) >= sizeof buf) {
@@ -76,11 +77,14 @@ bool cli_int_list(const cli_args *a, const char *opt, const char *text, long lo,
     return true;
 }
 
-bool cli_device(const cli_args *a, const char *text, stof_device *out)
+static bool cli_device(const cli_args *a, const char *text, stof_device *out)
 {
-    if (strcmp(text, "auto") == 0) *out = STOF_DEVICE_AUTO;
-    else if (strcmp(text, "cpu") == 0) *out = STOF_DEVICE_CPU;
-    else if (strcmp(text, "gpu") == 0) *out = STOF_DEVICE_GPU;
+    if (strcmp(text, "auto") == 0)
+        *out = STOF_DEVICE_AUTO;
+    else if (strcmp(text, "cpu") == 0)
+        *out = STOF_DEVICE_CPU;
+    else if (strcmp(text, "gpu") == 0)
+        *out = STOF_DEVICE_GPU;
     else {
         fprintf(stderr, "stof %s: --device: '%s' is not one of auto, cpu, gpu\n", a->cmd, text);
         return false;
@@ -88,14 +92,84 @@ bool cli_device(const cli_args *a, const char *text, stof_device *out)
     return true;
 }
 
-bool cli_dtype(const cli_args *a, const char *text, stof_dtype *out)
+static bool cli_dtype(const cli_args *a, const char *text, stof_dtype *out)
 {
-    if (strcmp(text, "f16") == 0 || strcmp(text, "fp16") == 0) *out = STOF_F16;
-    else if (strcmp(text, "bf16") == 0) *out = STOF_BF16;
-    else if (strcmp(text, "f32") == 0 || strcmp(text, "fp32") == 0) *out = STOF_F32;
+    if (strcmp(text, "f16") == 0 || strcmp(text, "fp16") == 0)
+        *out = STOF_F16;
+    else if (strcmp(text, "bf16") == 0)
+        *out = STOF_BF16;
+    else if (strcmp(text, "f32") == 0 || strcmp(text, "fp32") == 0)
+        *out = STOF_F32;
     else {
         fprintf(stderr, "stof %s: --dtype: '%s' is not one of f16, bf16, f32\n", a->cmd, text);
         return false;
+    }
+    return true;
+}
+
+/* The value of o after its name (a flag has none), stored where o points. */
+static bool take_value(cli_args *a, const cli_opt *o)
+{
+    const char *v = NULL;
+    if (o->kind != CLI_FLAG && !(v = cli_value(a, o->name))) return false;
+    bool ok = true;
+    int seed;
+    switch (o->kind) {
+    case CLI_STRING: *(const char **)o->dest = v; break;
+    case CLI_INT: ok = cli_int(a, o->name, v, o->lo, o->hi, o->dest); break;
+    case CLI_INT_LIST:
+        ok = cli_int_list(a, o->name, v, o->lo, o->hi, o->dest, o->cap, o->count);
+        break;
+    case CLI_SEED:
+        if ((ok = cli_int(a, o->name, v, 0, 1 << 30, &seed))) *(unsigned *)o->dest = (unsigned)seed;
+        break;
+    case CLI_DEVICE: ok = cli_device(a, v, o->dest); break;
+    case CLI_DTYPE: ok = cli_dtype(a, v, o->dest); break;
+    case CLI_FLAG: *(bool *)o->dest = true; break;
+    case CLI_ARG: break;
+    }
+    if (ok && o->set) *o->set = true;
+    return ok;
+}
+
+bool cli_option(cli_args *a, const cli_opt *opts, int n, const char *opt, const char *hint)
+{
+    for (int i = 0; i < n; i++)
+        if (opts[i].kind != CLI_ARG && strcmp(opts[i].name, opt) == 0)
+            return take_value(a, &opts[i]);
+    fprintf(stderr, "stof %s: unknown option '%s'%s\n", a->cmd, opt, hint);
+    return false;
+}
+
+static bool take_positional(const cli_args *a, const cli_opt *opts, int n, const char *arg)
+{
+    for (int i = 0; i < n; i++) {
+        if (opts[i].kind != CLI_ARG) continue;
+        const char **dest = opts[i].dest;
+        if (*dest) {
+            fprintf(stderr, "stof %s: more than one %s ('%s')\n", a->cmd, opts[i].name, arg);
+            return false;
+        }
+        *dest = arg;
+        return true;
+    }
+    fprintf(stderr, "stof %s: unexpected argument '%s'\n", a->cmd, arg);
+    return false;
+}
+
+bool cli_parse(cli_args *a, const cli_opt *opts, int n, void (*usage)(void))
+{
+    const char *s;
+    bool is_option;
+    while ((s = cli_next(a, &is_option))) {
+        if (!is_option) {
+            if (!take_positional(a, opts, n, s)) return false;
+        } else if (strcmp(s, "--help") == 0) {
+            usage();
+            exit(0);
+        } else if (!cli_option(a, opts, n, s, "")) {
+            return false;
+        }
     }
     return true;
 }

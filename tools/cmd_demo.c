@@ -37,40 +37,19 @@ typedef struct demo_opts {
 
 static bool parse_demo(cli_args *a, demo_opts *o)
 {
-    const char *s;
-    bool opt;
-    while ((s = cli_next(a, &opt))) {
-        const char *v;
-        int seed;
-        if (!opt) {
-            fprintf(stderr, "stof demo: unexpected argument '%s'\n", s);
-            return false;
-        }
-        if (strcmp(s, "--help") == 0) {
-            demo_usage();
-            exit(0);
-        }
-        if (!(v = cli_value(a, s))) return false;
-        bool ok = true;
-        if (strcmp(s, "--mask") == 0) o->mask = v;
-        else if (strcmp(s, "--batch") == 0) ok = cli_int(a, s, v, 1, MAX_BATCH, &o->batch);
-        else if (strcmp(s, "--heads") == 0) ok = cli_int(a, s, v, 1, 256, &o->heads);
-        else if (strcmp(s, "--seq") == 0) ok = cli_int(a, s, v, 1, 1 << 17, &o->seq);
-        else if (strcmp(s, "--dim") == 0) ok = cli_int(a, s, v, 1, 256, &o->dim);
-        else if (strcmp(s, "--iters") == 0) ok = cli_int(a, s, v, 1, 100000, &o->iters);
-        else if (strcmp(s, "--seed") == 0) {
-            ok = cli_int(a, s, v, 0, 1 << 30, &seed);
-            o->seed = (unsigned)seed;
-        } else if (strcmp(s, "--lengths") == 0)
-            ok = cli_int_list(a, s, v, 0, 1 << 17, o->lengths, MAX_BATCH, &o->nlen);
-        else if (strcmp(s, "--dtype") == 0) ok = o->dtype_set = cli_dtype(a, v, &o->dtype);
-        else if (strcmp(s, "--device") == 0) ok = cli_device(a, v, &o->device);
-        else {
-            fprintf(stderr, "stof demo: unknown option '%s'\n", s);
-            return false;
-        }
-        if (!ok) return false;
-    }
+    const cli_opt opts[] = {
+        CLI_OPT_STRING("--mask", &o->mask),
+        CLI_OPT_INT("--batch", &o->batch, 1, MAX_BATCH),
+        CLI_OPT_INT("--heads", &o->heads, 1, 256),
+        CLI_OPT_INT("--seq", &o->seq, 1, 1 << 17),
+        CLI_OPT_INT("--dim", &o->dim, 1, 256),
+        CLI_OPT_INT("--iters", &o->iters, 1, 100000),
+        CLI_OPT_SEED("--seed", &o->seed),
+        CLI_OPT_INT_LIST("--lengths", o->lengths, 0, 1 << 17, MAX_BATCH, &o->nlen),
+        CLI_OPT_DTYPE_SET("--dtype", &o->dtype, &o->dtype_set),
+        CLI_OPT_DEVICE("--device", &o->device),
+    };
+    if (!cli_parse(a, opts, CLI_COUNT(opts), demo_usage)) return false;
     return cli_check_lengths(a, o->lengths, o->nlen, o->batch, o->seq);
 }
 
@@ -86,8 +65,8 @@ static void fill_random(void *host, float *as_f32, int64_t n, stof_dtype dtype, 
 }
 
 typedef struct demo_buffers {
-    void *host[4];   /* q, k, v, out in the run dtype */
-    float *ref[4];   /* q, k, v, out as fp32 for the CPU check */
+    void *host[4]; /* q, k, v, out in the run dtype */
+    float *ref[4]; /* q, k, v, out as fp32 for the CPU check */
     void *dev[4];
     stof_tensor t[4];
 } demo_buffers;
@@ -114,8 +93,10 @@ static stof_status alloc_buffers(demo_buffers *b, const demo_opts *o, bool gpu)
         void *data = b->host[i];
         if (gpu) {
             STOF_CUDA_TRY(cudaMalloc(&b->dev[i], bytes));
-            if (i < 3) STOF_CUDA_TRY(cudaMemcpy(b->dev[i], b->host[i], bytes, cudaMemcpyHostToDevice));
-            else STOF_CUDA_TRY(cudaMemset(b->dev[i], 0xff, bytes)); /* poison: NaN in f16/bf16 */
+            if (i < 3)
+                STOF_CUDA_TRY(cudaMemcpy(b->dev[i], b->host[i], bytes, cudaMemcpyHostToDevice));
+            else
+                STOF_CUDA_TRY(cudaMemset(b->dev[i], 0xff, bytes)); /* poison: NaN in f16/bf16 */
             data = b->dev[i];
         }
         b->t[i] = stof_tensor_make(data, o->dtype, gpu ? STOF_MEM_DEVICE : STOF_MEM_HOST, 4, shape);
@@ -158,7 +139,8 @@ static stof_status cpu_check(const demo_opts *o, const stof_mask_spec *spec,
     int64_t shape[4] = {o->batch, o->heads, o->seq, o->dim};
     int64_t n = (int64_t)o->batch * o->heads * o->seq * o->dim;
     stof_tensor t[4];
-    for (int i = 0; i < 4; i++) t[i] = stof_tensor_make(b->ref[i], STOF_F32, STOF_MEM_HOST, 4, shape);
+    for (int i = 0; i < 4; i++)
+        t[i] = stof_tensor_make(b->ref[i], STOF_F32, STOF_MEM_HOST, 4, shape);
     stof_attn_params ap = stof_attn_default_params();
     if (st == STOF_OK) st = stof_attention(cpu, &ap, &t[0], &t[1], &t[2], mask, NULL, NULL, &t[3]);
     if (st == STOF_OK) {
@@ -179,8 +161,14 @@ static stof_status cpu_check(const demo_opts *o, const stof_mask_spec *spec,
 int cmd_demo(cli_args *a)
 {
     static demo_opts o;
-    o = (demo_opts){.mask = "window:128,global:32", .batch = 2, .heads = 4, .seq = 512,
-                    .dim = 64, .iters = 20, .seed = 1, .dtype = STOF_F16,
+    o = (demo_opts){.mask = "window:128,global:32",
+                    .batch = 2,
+                    .heads = 4,
+                    .seq = 512,
+                    .dim = 64,
+                    .iters = 20,
+                    .seed = 1,
+                    .dtype = STOF_F16,
                     .device = STOF_DEVICE_AUTO};
     if (!parse_demo(a, &o)) return 2;
 
@@ -236,7 +224,7 @@ int cmd_demo(cli_args *a)
         goto done;
     }
     static const char *kernel_names[] = {"auto", "block-wise", "row-wise", "cpu",
-                                          "block-wise (sm_90 wgmma)"};
+                                         "block-wise (sm_90 wgmma)"};
     printf("mask          %s: %lld visible pairs (density %.3f), %lld tiles of %dx%d "
            "(%lld partial), compiled in %.3f ms\n",
            o.mask, (long long)ms.nnz, ms.density, (long long)(ms.tiles_full + ms.tiles_partial),

@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #define EMBED_MAX_BATCH 4096
 #define EMBED_MIN_WINDOW 1024
 
@@ -86,34 +85,21 @@ static bool push_text(text_list *t, const char *s, size_t len)
     return true;
 }
 
-static bool option_value(cli_args *a, const char *s, embed_opts *o)
-{
-    const char *v = cli_value(a, s);
-    if (!v) return false;
-    if (strcmp(s, "--model") == 0)
-        o->model = v;
-    else if (strcmp(s, "--mask") == 0)
-        o->mask = v;
-    else if (strcmp(s, "--file") == 0)
-        o->file = v;
-    else if (strcmp(s, "--batch") == 0)
-        return cli_int(a, s, v, 1, EMBED_MAX_BATCH, &o->batch);
-    else if (strcmp(s, "--max-length") == 0)
-        return cli_int(a, s, v, 2, 1 << 20, &o->max_length);
-    else if (strcmp(s, "--device") == 0)
-        return cli_device(a, v, &o->device);
-    else if (strcmp(s, "--dtype") == 0)
-        return cli_dtype(a, v, &o->dtype);
-    else {
-        fprintf(stderr, "stof embed: unknown option '%s' (see stof embed --help)\n", s);
-        return false;
-    }
-    return true;
-}
-
-/* Returns 0 to go on, 1 after --help, -1 on a usage error (already reported). */
+/* Returns 0 to go on, 1 after --help, -1 on a usage error (already reported).
+ * Walks the arguments itself rather than by cli_parse: texts are any number of
+ * positionals, "--" makes the rest texts, and --help returns instead of exiting
+ * (test_model_embed runs cmd_embed in its own process). */
 static int parse_embed(cli_args *a, embed_opts *o, text_list *args)
 {
+    const cli_opt opts[] = {
+        CLI_OPT_STRING("--model", &o->model),
+        CLI_OPT_STRING("--mask", &o->mask),
+        CLI_OPT_STRING("--file", &o->file),
+        CLI_OPT_INT("--batch", &o->batch, 1, EMBED_MAX_BATCH),
+        CLI_OPT_INT("--max-length", &o->max_length, 2, 1 << 20),
+        CLI_OPT_DEVICE("--device", &o->device),
+        CLI_OPT_DTYPE("--dtype", &o->dtype),
+    };
     const char *s;
     bool opt, texts_only = false;
     while ((s = cli_next(a, &opt))) {
@@ -132,7 +118,7 @@ static int parse_embed(cli_args *a, embed_opts *o, text_list *args)
             embed_usage();
             return 1;
         }
-        if (!option_value(a, s, o)) return -1;
+        if (!cli_option(a, opts, CLI_COUNT(opts), s, " (see stof embed --help)")) return -1;
     }
     if (!o->model) {
         fprintf(stderr, "stof embed: --model DIR is required (see stof embed --help)\n");

@@ -7,7 +7,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define MAX_BATCH 4096
 
@@ -47,42 +46,18 @@ int cmd_mask(cli_args *a)
     bool map = false;
     stof_device device = STOF_DEVICE_AUTO;
     static int32_t lengths[MAX_BATCH];
-    const char *s;
-    bool opt;
-    while ((s = cli_next(a, &opt))) {
-        const char *v = NULL;
-        if (!opt) {
-            if (spec_text) {
-                fprintf(stderr, "stof mask: more than one SPEC ('%s')\n", s);
-                return 2;
-            }
-            spec_text = s;
-        } else if (strcmp(s, "--help") == 0) {
-            mask_usage();
-            return 0;
-        } else if (strcmp(s, "--map") == 0) {
-            map = true;
-        } else if (!(v = cli_value(a, s))) {
-            return 2;
-        } else if (strcmp(s, "--seq") == 0) {
-            if (!cli_int(a, s, v, 1, 1 << 20, &lq)) return 2;
-        } else if (strcmp(s, "--seq-k") == 0) {
-            if (!cli_int(a, s, v, 1, 1 << 20, &lk)) return 2;
-        } else if (strcmp(s, "--batch") == 0) {
-            if (!cli_int(a, s, v, 1, MAX_BATCH, &batch)) return 2;
-        } else if (strcmp(s, "--heads") == 0) {
-            if (!cli_int(a, s, v, 1, 1024, &heads)) return 2;
-        } else if (strcmp(s, "--tile") == 0) {
-            if (!cli_int(a, s, v, 0, 128, &tile)) return 2;
-        } else if (strcmp(s, "--lengths") == 0) {
-            if (!cli_int_list(a, s, v, 0, 1 << 20, lengths, MAX_BATCH, &nlen)) return 2;
-        } else if (strcmp(s, "--device") == 0) {
-            if (!cli_device(a, v, &device)) return 2;
-        } else {
-            fprintf(stderr, "stof mask: unknown option '%s'\n", s);
-            return 2;
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_OPT_ARG("SPEC", &spec_text),
+        CLI_OPT_INT("--seq", &lq, 1, 1 << 20),
+        CLI_OPT_INT("--seq-k", &lk, 1, 1 << 20),
+        CLI_OPT_INT("--batch", &batch, 1, MAX_BATCH),
+        CLI_OPT_INT("--heads", &heads, 1, 1024),
+        CLI_OPT_INT("--tile", &tile, 0, 128),
+        CLI_OPT_INT_LIST("--lengths", lengths, 0, 1 << 20, MAX_BATCH, &nlen),
+        CLI_OPT_DEVICE("--device", &device),
+        CLI_OPT_FLAG("--map", &map),
+    };
+    if (!cli_parse(a, opts, CLI_COUNT(opts), mask_usage)) return 2;
     if (!spec_text) {
         mask_usage();
         return 2;
@@ -99,7 +74,8 @@ int cmd_mask(cli_args *a)
     stof_mask *mask = NULL;
     uint8_t *dense = NULL;
     int rc = 1;
-    if ((st = stof_mask_spec_parse(spec_text, &spec))) return cli_fail(a, "parsing the mask spec", st);
+    if ((st = stof_mask_spec_parse(spec_text, &spec)))
+        return cli_fail(a, "parsing the mask spec", st);
     stof_ctx_params cp = stof_ctx_default_params();
     cp.device = device;
     if ((st = stof_ctx_create(&cp, &ctx))) {
@@ -133,10 +109,11 @@ int cmd_mask(cli_args *a)
     printf("shape         B=%d H=%d Lq=%d Lk=%d on %s\n", batch, heads, lq, lk,
            stof_ctx_device_name(ctx));
     printf("instances     %d\n", ms.instances);
-    printf("tiles         %dx%d: %lld listed of %lld (%lld full, %lld partial), tile density %.4f\n",
-           ms.tile_m, ms.tile_n, (long long)(ms.tiles_full + ms.tiles_partial),
-           (long long)ms.tiles_total, (long long)ms.tiles_full, (long long)ms.tiles_partial,
-           ms.tile_density);
+    printf(
+        "tiles         %dx%d: %lld listed of %lld (%lld full, %lld partial), tile density %.4f\n",
+        ms.tile_m, ms.tile_n, (long long)(ms.tiles_full + ms.tiles_partial),
+        (long long)ms.tiles_total, (long long)ms.tiles_full, (long long)ms.tiles_partial,
+        ms.tile_density);
     printf("visible pairs %lld, density %.4f\n", (long long)ms.nnz, ms.density);
     printf("compile       %.3f ms (first call, host clock, includes set-up)\n", t1 - t0);
     if (map) {

@@ -20,7 +20,6 @@
 
 #define RUN_MAX_BATCH 4096
 
-
 static void run_usage(void)
 {
     printf("usage: stof run --model DIR [--batch B] [--seq L] [--mask SPEC]\n"
@@ -45,50 +44,19 @@ typedef struct run_opts {
 
 static bool parse_run(cli_args *a, run_opts *o)
 {
-    const char *s;
-    bool opt;
-    while ((s = cli_next(a, &opt))) {
-        const char *v;
-        int seed;
-        if (!opt) {
-            fprintf(stderr, "stof run: unexpected argument '%s'\n", s);
-            return false;
-        }
-        if (strcmp(s, "--help") == 0) {
-            run_usage();
-            exit(0);
-        }
-        if (strcmp(s, "--eager") == 0) {
-            o->eager = true;
-            continue;
-        }
-        if (!(v = cli_value(a, s))) return false;
-        bool ok = true;
-        if (strcmp(s, "--model") == 0)
-            o->model = v;
-        else if (strcmp(s, "--mask") == 0)
-            o->mask = v;
-        else if (strcmp(s, "--batch") == 0)
-            ok = cli_int(a, s, v, 1, RUN_MAX_BATCH, &o->batch);
-        else if (strcmp(s, "--seq") == 0)
-            ok = cli_int(a, s, v, 1, 1 << 20, &o->seq);
-        else if (strcmp(s, "--iters") == 0)
-            ok = o->iters_set = cli_int(a, s, v, 1, 100000, &o->iters);
-        else if (strcmp(s, "--lengths") == 0)
-            ok = cli_int_list(a, s, v, 0, 1 << 20, o->lengths, RUN_MAX_BATCH, &o->nlen);
-        else if (strcmp(s, "--device") == 0)
-            ok = cli_device(a, v, &o->device);
-        else if (strcmp(s, "--dtype") == 0)
-            ok = cli_dtype(a, v, &o->dtype);
-        else if (strcmp(s, "--seed") == 0) {
-            ok = cli_int(a, s, v, 0, 1 << 30, &seed);
-            o->seed = (unsigned)seed;
-        } else {
-            fprintf(stderr, "stof run: unknown option '%s'\n", s);
-            return false;
-        }
-        if (!ok) return false;
-    }
+    const cli_opt opts[] = {
+        CLI_OPT_STRING("--model", &o->model),
+        CLI_OPT_STRING("--mask", &o->mask),
+        CLI_OPT_INT("--batch", &o->batch, 1, RUN_MAX_BATCH),
+        CLI_OPT_INT("--seq", &o->seq, 1, 1 << 20),
+        CLI_OPT_INT_SET("--iters", &o->iters, 1, 100000, &o->iters_set),
+        CLI_OPT_INT_LIST("--lengths", o->lengths, 0, 1 << 20, RUN_MAX_BATCH, &o->nlen),
+        CLI_OPT_DEVICE("--device", &o->device),
+        CLI_OPT_DTYPE("--dtype", &o->dtype),
+        CLI_OPT_SEED("--seed", &o->seed),
+        CLI_OPT_FLAG("--eager", &o->eager),
+    };
+    if (!cli_parse(a, opts, CLI_COUNT(opts), run_usage)) return false;
     if (!o->model) {
         fprintf(stderr, "stof run: --model DIR is required\n");
         return false;

@@ -9,7 +9,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #define TUNE_MAX_BATCH 4096
@@ -36,50 +35,19 @@ typedef struct tune_opts {
 
 static bool parse_tune(cli_args *a, tune_opts *o)
 {
-    const char *s;
-    bool opt;
-    while ((s = cli_next(a, &opt))) {
-        const char *v;
-        int seed;
-        if (!opt) {
-            fprintf(stderr, "stof tune: unexpected argument '%s'\n", s);
-            return false;
-        }
-        if (strcmp(s, "--help") == 0) {
-            tune_usage();
-            exit(0);
-        }
-        if (strcmp(s, "--no-store") == 0) {
-            o->no_store = true;
-            continue;
-        }
-        if (!(v = cli_value(a, s))) return false;
-        bool ok = true;
-        if (strcmp(s, "--model") == 0)
-            o->model = v;
-        else if (strcmp(s, "--mask") == 0)
-            o->mask = v;
-        else if (strcmp(s, "--cache") == 0)
-            o->cache = v;
-        else if (strcmp(s, "--batch") == 0)
-            ok = cli_int(a, s, v, 1, TUNE_MAX_BATCH, &o->batch);
-        else if (strcmp(s, "--seq") == 0)
-            ok = cli_int(a, s, v, 1, 1 << 20, &o->seq);
-        else if (strcmp(s, "--budget") == 0)
-            ok = cli_int(a, s, v, 1, 4096, &o->budget);
-        else if (strcmp(s, "--lengths") == 0)
-            ok = cli_int_list(a, s, v, 0, 1 << 20, o->lengths, TUNE_MAX_BATCH, &o->nlen);
-        else if (strcmp(s, "--dtype") == 0)
-            ok = cli_dtype(a, v, &o->dtype);
-        else if (strcmp(s, "--seed") == 0) {
-            ok = cli_int(a, s, v, 0, 1 << 30, &seed);
-            o->seed = (unsigned)seed;
-        } else {
-            fprintf(stderr, "stof tune: unknown option '%s'\n", s);
-            return false;
-        }
-        if (!ok) return false;
-    }
+    const cli_opt opts[] = {
+        CLI_OPT_STRING("--model", &o->model),
+        CLI_OPT_STRING("--mask", &o->mask),
+        CLI_OPT_STRING("--cache", &o->cache),
+        CLI_OPT_INT("--batch", &o->batch, 1, TUNE_MAX_BATCH),
+        CLI_OPT_INT("--seq", &o->seq, 1, 1 << 20),
+        CLI_OPT_INT("--budget", &o->budget, 1, 4096),
+        CLI_OPT_INT_LIST("--lengths", o->lengths, 0, 1 << 20, TUNE_MAX_BATCH, &o->nlen),
+        CLI_OPT_DTYPE("--dtype", &o->dtype),
+        CLI_OPT_SEED("--seed", &o->seed),
+        CLI_OPT_FLAG("--no-store", &o->no_store),
+    };
+    if (!cli_parse(a, opts, CLI_COUNT(opts), tune_usage)) return false;
     if (!o->model) {
         fprintf(stderr, "stof tune: --model DIR is required\n");
         return false;
