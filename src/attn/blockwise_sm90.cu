@@ -45,8 +45,8 @@
  * schedules the softmax after the second wait anyway; the overlap then comes
  * from the other warpgroups resident on the SM.)
  *
- * Measured on an H200 and left out (bench_attention, both variants built from
- * one tree and run alternately on one GPU):
+ * Measured on an H200 and left out (bench_attention, each variant against
+ * this kernel on the same GPU in the same run):
  *  - Keeping the softmax ahead of the second wait. ptxas hoists
  *    wgmma.wait_group to the top of its basic block, so the wait has to sit
  *    behind a branch; the rescale's skip branch serves, but only when the
