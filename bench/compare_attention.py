@@ -39,10 +39,8 @@ import math
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -51,6 +49,8 @@ for p in (HERE, os.path.join(REPO, "python")):
         sys.path.insert(0, p)
 
 import masks as bench_masks  # noqa: E402
+from common import (brief_error, configure_compile, fmt, geomean,  # noqa: E402,F401
+                    git_commit, gpu_slug)
 
 DEFAULT_SHAPES = [(8, 12, 1024, 64), (4, 16, 4096, 64)]
 ALL_SHAPES = [(1, 12, 128, 64), (8, 12, 512, 64), (8, 12, 1024, 64), (16, 12, 2048, 64),
@@ -222,13 +222,6 @@ def check_same_mask(cm, dense, bm):
 
 # ---------------------------------------------------------------- one case
 
-def brief_error(label, e):
-    """One line for the case's problem list (the traceback with STOF_BENCH_TRACE)."""
-    if os.environ.get("STOF_BENCH_TRACE"):
-        traceback.print_exc()
-    return f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-
-
 def run_flex(torch, flex, create_block_mask, timer, dev, bm, dense, sets, tol, row, problems):
     """FlexAttention's side of a case, into row. Its output on the first input
     set is checked against the fp32 reference before anything is timed, so it is
@@ -361,10 +354,6 @@ def run_case(torch, stof, flex, timer, dev, shape, name, args, l2_bytes, skip):
 
 # ---------------------------------------------------------------- reporting
 
-def geomean(xs):
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
-
-
 def summarize(cases):
     target = [c for c in cases if c["L"] in TARGET_L and c["D"] == 64] or cases
     vs_flex = [c["flex_ms"] / c["stof_ms"] for c in target if c["flex_ms"] and c["stof_ms"]]
@@ -379,10 +368,6 @@ def summarize(cases):
             "dense_vs_sdpa": r(min(dense, default=None)),
             "max_mask_share": r(max(share, default=None)),
             "mask_share_per_layer_12": r(max(per_layer, default=None))}
-
-
-def fmt(x, spec=".3f"):
-    return "-" if x is None else format(x, spec)
 
 
 def print_table(cases, file=None):
@@ -463,34 +448,6 @@ def write_chart(cases, path, title):
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
-
-
-def gpu_slug(name):
-    words = [w for w in name.lower().replace("nvidia", "").split() if w]
-    return words[0] if words else "gpu"
-
-
-def git_commit():
-    if os.environ.get("STOF_COMMIT"):
-        return os.environ["STOF_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def configure_compile(torch):
-    """Room for one compiled flex_attention per shape and mask in one process:
-    past dynamo's default recompile limit it would silently fall back to eager."""
-    cfg = torch._dynamo.config
-    for name in ("cache_size_limit", "recompile_limit"):
-        if hasattr(cfg, name):
-            setattr(cfg, name, 4096)
-    if hasattr(cfg, "accumulated_cache_size_limit"):
-        cfg.accumulated_cache_size_limit = 1 << 16
-    if hasattr(cfg, "accumulated_recompile_limit"):
-        cfg.accumulated_recompile_limit = 1 << 16
 
 
 def main(argv=None):

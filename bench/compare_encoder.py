@@ -71,11 +71,9 @@ import math
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -85,6 +83,8 @@ for p in (HERE, os.path.join(REPO, "python")):
         sys.path.insert(0, p)
 
 import masks as bench_masks  # noqa: E402
+from common import (brief_error, configure_compile, fmt, geomean,  # noqa: E402,F401
+                    git_commit, gpu_slug)
 
 ARCHS = {
     "bert-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -508,14 +508,6 @@ def load_group(tf, torch, stof, arch, positions, cases, folder, device, dtype, a
 
 # ---------------------------------------------------------------- one case
 
-def brief_error(label, e):
-    """One line for a problem list (the traceback with STOF_BENCH_TRACE)."""
-    if os.environ.get("STOF_BENCH_TRACE"):
-        traceback.print_exc()
-    text = str(e).strip().splitlines()[0][:240] if str(e).strip() else ""
-    return f"{label}: {type(e).__name__}: {text}"
-
-
 def new_row(case):
     row = dict.fromkeys(CASE_KEYS)
     row.update(model=case.model, B=case.B, L=case.L, mask=case.mask)
@@ -681,10 +673,6 @@ def masked_reference(torch, stof, hf_sdpa, bm, sets, problems):
 
 # ---------------------------------------------------------------- reporting
 
-def geomean(xs):
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
-
-
 def counts(case, tol):
     """Whether a row enters the summary: a comparison counts only with stof's
     output checked in the same run. Dense rows need a passing max_rel_err; sparse
@@ -714,10 +702,6 @@ def summarize(cases, tol=1e-2):
 def meets(key, value):
     op, bound = TARGETS[key]
     return value >= bound if op == ">=" else value < bound
-
-
-def fmt(x, spec=".3f"):
-    return "-" if x is None else format(x, spec)
 
 
 def ratio(a, b):
@@ -764,21 +748,6 @@ def print_notes(args, file=None):
           file=file)
 
 
-def gpu_slug(name):
-    words = [w for w in name.lower().replace("nvidia", "").split() if w]
-    return words[0] if words else "gpu"
-
-
-def git_commit():
-    if os.environ.get("STOF_COMMIT"):
-        return os.environ["STOF_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def command_line(argv, compile_mode):
     """The command that reproduces the run, with --compile-mode always spelled out."""
     argv = list(argv)
@@ -804,18 +773,6 @@ def write_result(path, result):
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
-
-
-def configure_compile(torch):
-    """Room for one graph per shape in one process: past dynamo's recompile
-    limit the model would silently run eagerly."""
-    cfg = torch._dynamo.config
-    for name in ("cache_size_limit", "recompile_limit"):
-        if hasattr(cfg, name):
-            setattr(cfg, name, 4096)
-    for name in ("accumulated_cache_size_limit", "accumulated_recompile_limit"):
-        if hasattr(cfg, name):
-            setattr(cfg, name, 1 << 16)
 
 
 # ---------------------------------------------------------------- main
