@@ -63,10 +63,7 @@ int cmd_mask(cli_args *a)
         return 2;
     }
     if (lk < 0) lk = lq;
-    if (nlen && nlen != batch) {
-        fprintf(stderr, "stof mask: --lengths has %d values but --batch is %d\n", nlen, batch);
-        return 2;
-    }
+    if (!cli_check_lengths(a, lengths, nlen, batch, lq)) return 2; /* query lengths */
 
     stof_status st;
     stof_mask_spec *spec = NULL;

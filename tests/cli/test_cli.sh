@@ -244,6 +244,7 @@ test_mask()
     usage_error "stof mask: --seq-k: '0' is not an integer in [1, 1048576]" mask causal --seq-k 0
     usage_error "stof mask: unknown option '--dtype'" mask causal --dtype f16
     usage_error "stof mask: --lengths has 2 values but --batch is 1" mask causal --lengths 3,4
+    usage_error "stof mask: --lengths: 100 is longer than --seq 64" mask causal --seq 64 --lengths 100
     # No SPEC: the usage, on stdout, and exit 2.
     run_case 2 mask --seq 64
     out_has "usage: stof mask SPEC"
