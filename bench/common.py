@@ -1,13 +1,14 @@
 """common.py — what the side-by-side benchmarks (bench/compare_attention.py,
 bench/compare_encoder.py, and through the latter bench/tune_bench.py) share:
 the provenance of a results file (commit, GPU name for its file name), the
-formatting of figures, and the set-up of torch.compile for many shapes in one
-process.
+formatting of figures, the set-up of torch.compile for many shapes in one
+process, and the event pairs their timers are built on.
 """
 
 import math
 import os
 import subprocess
+import time
 import traceback
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,3 +59,37 @@ def configure_compile(torch):
     for name in ("accumulated_cache_size_limit", "accumulated_recompile_limit"):
         if hasattr(cfg, name):
             setattr(cfg, name, 1 << 16)
+
+
+# A device sleep queued before a timed call: about 0.1 ms at Hopper clocks, in
+# which the host queues the call, so that launch overhead stays out of the time.
+SLEEP_CYCLES = 200_000
+
+
+class _HostEvent:
+    def record(self):
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+class EventTimer:
+    """CUDA events on a GPU; on the CPU (a smoke run) the host clock, so that
+    every code path can be exercised without a device. Subclasses time calls
+    with sync() and pairs of events from _pair()."""
+
+    def __init__(self, torch, device):
+        self.torch = torch
+        self.cuda = device.type == "cuda"
+        self.sleep = getattr(torch.cuda, "_sleep", None) if self.cuda else None
+
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def _pair(self):
+        if self.cuda:
+            ev = self.torch.cuda.Event
+            return ev(enable_timing=True), ev(enable_timing=True)
+        return _HostEvent(), _HostEvent()

@@ -49,15 +49,14 @@ for p in (HERE, os.path.join(REPO, "python")):
         sys.path.insert(0, p)
 
 import masks as bench_masks  # noqa: E402
-from common import (brief_error, configure_compile, fmt, geomean,  # noqa: E402,F401
-                    git_commit, gpu_slug)
+from common import (SLEEP_CYCLES, EventTimer, brief_error, configure_compile,  # noqa: E402,F401
+                    fmt, geomean, git_commit, gpu_slug)
 
 DEFAULT_SHAPES = [(8, 12, 1024, 64), (4, 16, 4096, 64)]
 ALL_SHAPES = [(1, 12, 128, 64), (8, 12, 512, 64), (8, 12, 1024, 64), (16, 12, 2048, 64),
               (4, 16, 4096, 64), (2, 16, 8192, 64), (8, 12, 1024, 32), (4, 16, 4096, 32),
               (8, 12, 1024, 128), (4, 16, 4096, 128)]
 TARGET_L = (1024, 4096)
-SLEEP_CYCLES = 200_000  # about 0.1 ms at Hopper clocks: the host queues the next call meanwhile
 ENCODER_LAYERS = 12  # layers one compiled mask serves in mask_share_per_layer_12
 # kernel_options tried in turn until FlexAttention compiles: inductor's defaults,
 # then smaller tiles, then no software pipelining (each shrinks shared memory).
@@ -95,24 +94,13 @@ def shapes_of(args):
 
 # ---------------------------------------------------------------- timing
 
-class Timer:
-    """CUDA-event timing on a GPU; on the CPU (a smoke run of this script) the
-    host clock, so that every code path can be exercised without a device."""
+class Timer(EventTimer):
+    """Median device time of a call over rotated input sets (device_ms), each
+    call queued behind a short device sleep."""
 
     def __init__(self, torch, args, device):
-        self.torch, self.args = torch, args
-        self.cuda = device.type == "cuda"
-        self.sleep = getattr(torch.cuda, "_sleep", None) if self.cuda else None
-
-    def sync(self):
-        if self.cuda:
-            self.torch.cuda.synchronize()
-
-    def _pair(self):
-        if self.cuda:
-            ev = self.torch.cuda.Event
-            return ev(enable_timing=True), ev(enable_timing=True)
-        return _HostEvent(), _HostEvent()
+        super().__init__(torch, device)
+        self.args = args
 
     def device_ms(self, fn, n_sets):
         """Median device time of fn(set_index) over rotated input sets."""
@@ -155,14 +143,6 @@ class Timer:
             if release:
                 release(r)
         return statistics.median(times)
-
-
-class _HostEvent:
-    def record(self):
-        self.t = time.perf_counter()
-
-    def elapsed_time(self, end):
-        return (end.t - self.t) * 1e3
 
 
 def input_sets(torch, shape, device, l2_bytes, seed):

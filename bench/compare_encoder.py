@@ -83,8 +83,8 @@ for p in (HERE, os.path.join(REPO, "python")):
         sys.path.insert(0, p)
 
 import masks as bench_masks  # noqa: E402
-from common import (brief_error, configure_compile, fmt, geomean,  # noqa: E402,F401
-                    git_commit, gpu_slug)
+from common import (SLEEP_CYCLES, EventTimer, brief_error, configure_compile,  # noqa: E402,F401
+                    fmt, geomean, git_commit, gpu_slug)
 
 ARCHS = {
     "bert-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -105,7 +105,6 @@ TARGETS = {"geomean_vs_compile": (">=", 2.0), "bert_base_1x128_ms": ("<", 0.4),
            "min_vs_hf_sparse": (">=", 8.0)}
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 MIN_ITERS = 10
-SLEEP_CYCLES = 200_000  # --timing device: about 0.1 ms at Hopper clocks
 SCORE_STD = 3.0  # spread of the attention scores of the random models (randomize_weights)
 MASK_EFFECT_FLOOR = 5e-3  # a sparse mask moving HF's output less than this was likely ignored
 
@@ -228,34 +227,14 @@ def input_sets(torch, case, seed, device, n_sets):
 
 # ---------------------------------------------------------------- timing
 
-class _HostEvent:
-    def record(self):
-        self.t = time.perf_counter()
-
-    def elapsed_time(self, end):
-        return (end.t - self.t) * 1e3
-
-
-class Timer:
+class Timer(EventTimer):
     """CUDA-event timing on a GPU (host clock on the CPU, for smoke runs). ms()
     warms up, estimates one call, then times as many calls as --budget allows
     (between MIN_ITERS and --iters) and returns the median."""
 
     def __init__(self, torch, device, warmup=10, iters=200, budget=0.75, mode="latency"):
-        self.torch = torch
-        self.cuda = device.type == "cuda"
+        super().__init__(torch, device)
         self.warmup, self.iters, self.budget, self.mode = warmup, iters, budget, mode
-        self.sleep = getattr(torch.cuda, "_sleep", None) if self.cuda else None
-
-    def sync(self):
-        if self.cuda:
-            self.torch.cuda.synchronize()
-
-    def _pair(self):
-        if self.cuda:
-            ev = self.torch.cuda.Event
-            return ev(enable_timing=True), ev(enable_timing=True)
-        return _HostEvent(), _HostEvent()
 
     def iterations(self, est_s):
         return max(MIN_ITERS, min(self.iters, int(self.budget / max(est_s, 1e-6))))
