@@ -555,7 +555,17 @@ static fuse_choice lt_choice(int algo)
     return c;
 }
 
-/* The rule-based plan: cuBLASLt everywhere, the selector for attention. */
+/*
+ * The rule-based plan: cuBLASLt everywhere, the selector for attention.
+ * Measured on an H200 at BERT-base (1, 128) and left out (graph replays):
+ *  - a split-K GEMM with its epilogue fused (grid of column tiles x K slices,
+ *    fp32 partials, a grid-wide barrier, then bias + GELU or residual +
+ *    LayerNorm) for every linear layer up to 128 rows: 0.700 ms per forward
+ *    against 0.497 ms; its mma.sync main loop re-reads x once per 64-column
+ *    tile and took 8-15 us per segment where cuBLASLt takes 3.8-9.3 us;
+ *  - the next layer's weights prefetched into L2 on a side stream of the
+ *    graph: 0.478 ms against 0.458 ms, and slower at every shape tried.
+ */
 static layer_plan plan_rules(void)
 {
     layer_plan p;
