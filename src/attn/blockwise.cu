@@ -380,25 +380,25 @@ static int variant_smem(const bw_variant *v)
     return (int)attn_bw_smem_bytes(v->head_dim, 16 * v->mw * v->warps, BW_BLOCK_N);
 }
 
-extern "C" stof_status attn_blockwise_prepare(void)
+/* The Hopper kernel's opt-in too, on devices of compute capability 9.0 in
+ * builds that have it. */
+static stof_status prepare_sm90(int dev)
 {
-    static unsigned long long done; /* bit per device ordinal */
-    int dev = 0;
-    STOF_CUDA_TRY(cudaGetDevice(&dev));
-    const unsigned long long bit = dev < 64 ? 1ull << dev : 0ull;
-    if (done & bit) return STOF_OK;
-    for (int i = 0; i < BW_NVARIANTS; i++)
-        STOF_CUDA_TRY(cudaFuncSetAttribute((const void *)bw_variants[i].fn,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           variant_smem(&bw_variants[i])));
 #ifdef STOF_HAVE_ATTN_SM90
     int major = 0, minor = 0;
     STOF_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     STOF_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     if (major == 9 && minor == 0) STOF_TRY(attn_blockwise_sm90_prepare());
+#else
+    (void)dev;
 #endif
-    done |= bit;
     return STOF_OK;
+}
+
+extern "C" stof_status attn_blockwise_prepare(void)
+{
+    static unsigned long long done; /* bit per device ordinal */
+    return attn_opt_in_once(&done, bw_variants, BW_NVARIANTS, variant_smem, prepare_sm90);
 }
 
 extern "C" int attn_blockwise_available(int head_dim, int tile_m, int tile_n, int warps,

@@ -604,16 +604,7 @@ static int variant_smem(const sm90_variant *v)
 extern "C" stof_status attn_blockwise_sm90_prepare(void)
 {
     static unsigned long long done; /* bit per device ordinal */
-    int dev = 0;
-    STOF_CUDA_TRY(cudaGetDevice(&dev));
-    const unsigned long long bit = dev < 64 ? 1ull << dev : 0ull;
-    if (done & bit) return STOF_OK;
-    for (int i = 0; i < SM90_NVARIANTS; i++)
-        STOF_CUDA_TRY(cudaFuncSetAttribute((const void *)sm90_variants[i].fn,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           variant_smem(&sm90_variants[i])));
-    done |= bit;
-    return STOF_OK;
+    return attn_opt_in_once(&done, sm90_variants, SM90_NVARIANTS, variant_smem, NULL);
 }
 
 /* The tensor map of k or v (base x, element strides sb, sh, sl): 64 x 64

@@ -162,6 +162,29 @@ static __device__ __forceinline__ void attn_block_order(const attn_launch *a, in
     }
 }
 
+/*
+ * Opts each variants[i].fn into smem(&variants[i]) bytes of dynamic shared
+ * memory on the current device, then runs then(device) when given, once per
+ * device: done holds a bit per device ordinal (ordinals from 64 on are opted
+ * in on every call). The bit is set only when everything succeeded.
+ */
+template <typename V>
+static inline stof_status attn_opt_in_once(unsigned long long *done, const V *variants, int n,
+                                           int (*smem)(const V *), stof_status (*then)(int))
+{
+    int dev = 0;
+    STOF_CUDA_TRY(cudaGetDevice(&dev));
+    const unsigned long long bit = dev < 64 ? 1ull << dev : 0ull;
+    if (*done & bit) return STOF_OK;
+    for (int i = 0; i < n; i++)
+        STOF_CUDA_TRY(cudaFuncSetAttribute((const void *)variants[i].fn,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           smem(&variants[i])));
+    if (then) STOF_TRY(then(dev));
+    *done |= bit;
+    return STOF_OK;
+}
+
 /* Launches a block-wise kernel fn of threads threads on the grid of
  * attn_block_order, block_m query rows per CTA. args: the kernel's parameters
  * (the first is the attn_launch a); NULL: a alone. */
