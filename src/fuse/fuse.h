@@ -215,7 +215,10 @@ int fuse_lt_cached_plans(const stof_ctx *ctx);
 stof_status fuse_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n, const void *x,
                           const void *bias, fuse_act act, void *y);
 /* y = LN(x + residual) * gamma + beta over rows of width cols (8..8192, multiple
- * of 8); residual may be NULL; y may equal x or residual. */
+ * of 8); residual may be NULL; y may equal x or residual. On sm_90 the kernel
+ * reads gamma and beta before its programmatic-dependent-launch wait: they
+ * must not come from the kernel just before it in the stream (parameters
+ * uploaded at load time never do). The same holds for the next function. */
 stof_status fuse_add_layernorm(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int cols,
                                const void *x, const void *residual, const void *gamma,
                                const void *beta, float eps, void *y);

@@ -300,7 +300,7 @@ __global__ void embeddings_kernel(const int32_t *__restrict__ ids,
     const int cols = tb.hidden, nvec = cols / 8;
     ln_params<VPL> p;
     ln_params_load<T, TPR, VPL>(p, lane, cols, (const T *)tb.gamma, (const T *)tb.beta);
-    stof_grid_wait(); /* a no-op: launched without PDL, first in a forward */
+    stof_grid_wait(); /* returns at once: this kernel is launched without PDL */
     if (row >= tokens) return;
     const int id = ids[row], pos = positions[row], tt = types ? types[row] : 0;
     T *o = out + row * cols;
