@@ -177,11 +177,16 @@ template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t v)
 }
 
 /* 8 consecutive 16-bit values <-> 8 floats through one 16-byte access. */
-template <typename T> static __device__ __forceinline__ void load8(float (&f)[8], const T *p)
+/* Eight 16-bit values, as loaded in one 16-byte word, to fp32. */
+template <typename T> static __device__ __forceinline__ void unpack8(float (&f)[8], uint4 v)
 {
-    uint4 v = *reinterpret_cast<const uint4 *>(p);
     float2 a = unpack2<T>(v.x), b = unpack2<T>(v.y), c = unpack2<T>(v.z), d = unpack2<T>(v.w);
     f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+}
+
+template <typename T> static __device__ __forceinline__ void load8(float (&f)[8], const T *p)
+{
+    unpack8<T>(f, *reinterpret_cast<const uint4 *>(p));
 }
 
 template <typename T> static __device__ __forceinline__ void store8(T *p, const float (&f)[8])

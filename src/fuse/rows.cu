@@ -62,12 +62,6 @@ static __device__ __forceinline__ void ln_params_load(ln_params<VPL> &p, int lan
     }
 }
 
-template <typename T> static __device__ __forceinline__ void unpack8(float (&f)[8], uint4 v)
-{
-    float2 a = unpack2<T>(v.x), b = unpack2<T>(v.y), c = unpack2<T>(v.z), d = unpack2<T>(v.w);
-    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
-}
-
 /* Normalise the row this thread group holds (vector i of thread `lane` is
  * columns (lane + i * TPR) * 8 ..) and store it. */
 template <typename T, int TPR, int VPL>
@@ -298,10 +292,9 @@ __global__ void embeddings_kernel(const int32_t *__restrict__ ids,
     const int64_t row = (int64_t)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
     const int lane = threadIdx.x % TPR;
     const int cols = tb.hidden, nvec = cols / 8;
-    ln_params<VPL> p;
-    ln_params_load<T, TPR, VPL>(p, lane, cols, (const T *)tb.gamma, (const T *)tb.beta);
-    stof_grid_wait(); /* returns at once: this kernel is launched without PDL */
     if (row >= tokens) return;
+    ln_params<VPL> p; /* issued with the table loads below */
+    ln_params_load<T, TPR, VPL>(p, lane, cols, (const T *)tb.gamma, (const T *)tb.beta);
     const int id = ids[row], pos = positions[row], tt = types ? types[row] : 0;
     T *o = out + row * cols;
     if (id < 0 || id >= tb.vocab || pos < 0 || pos >= tb.max_pos || tt < 0 || tt >= tb.type_vocab) {
