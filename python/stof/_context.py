@@ -75,7 +75,12 @@ class Context:
         torch = _arrays.torch_module()
         if torch is None or not torch.cuda.is_available():
             return
-        self.use_stream(torch.cuda.current_stream(self.index).cuda_stream)
+        # The raw handle without building a torch.cuda.Stream (a few microseconds a call,
+        # on the critical path of a small forward); the public call where torch lacks it.
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        stream = raw(self.index) if raw is not None \
+            else torch.cuda.current_stream(self.index).cuda_stream
+        self.use_stream(stream)
 
     @property
     def stream(self):
