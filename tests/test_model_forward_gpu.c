@@ -351,9 +351,12 @@ static double rel_err_valid(const float *out, const float *ref, const int32_t *l
 }
 
 /* One GPU forward (host ids, device half hidden over poison, host pooled) against a reference. */
+/* One forward of host inputs against the reference; with on_device, ids,
+ * types and lengths go to device memory first (the scan then packs them on
+ * the device). */
 static void check_forward_against(const models *mm, const stof_forward_params *fp, int B, int L,
-                                  const int32_t *ids, const int32_t *types,
-                                  const int32_t *lengths, bool lengths_null, const float *ref_h,
+                                  const int32_t *ids, const int32_t *types, const int32_t *lengths,
+                                  bool lengths_null, bool on_device, const float *ref_h,
                                   const float *ref_p, double tol, const char *what)
 {
     const stof_model_info *info = &mm->info;
@@ -371,9 +374,21 @@ static void check_forward_against(const models *mm, const stof_forward_params *f
     test_poison_f32(pool, np);
     stof_tensor hid = stof_tensor_make(d_hid, info->dtype, STOF_MEM_DEVICE, 3, s_hid);
     stof_tensor pt = stof_tensor_make(pool, STOF_F32, STOF_MEM_HOST, 2, s_pool);
+    int32_t *d_in = NULL;
+    if (on_device) {
+        int64_t n = (int64_t)B * L;
+        d_in = dev_alloc(sizeof(int32_t) * (size_t)(2 * n + B));
+        to_dev(d_in, ids, sizeof(int32_t) * (size_t)n);
+        if (types) to_dev(d_in + n, types, sizeof(int32_t) * (size_t)n);
+        to_dev(d_in + 2 * n, lengths, sizeof(int32_t) * (size_t)B);
+        t_ids = stof_tensor_make(d_in, STOF_I32, STOF_MEM_DEVICE, 2, s_ids);
+        t_types = stof_tensor_make(d_in + n, STOF_I32, STOF_MEM_DEVICE, 2, s_ids);
+        t_len = stof_tensor_make(d_in + 2 * n, STOF_I32, STOF_MEM_DEVICE, 1, s_len);
+    }
     CHECK_OK(stof_model_forward(mm->gpu, fp, &t_ids, lengths_null ? NULL : &t_len,
                                 types ? &t_types : NULL, &hid, &pt));
     CHECK_OK(stof_ctx_synchronize(g_gpu));
+    if (d_in) cudaFree(d_in);
     to_host(half, d_hid, (size_t)nh * 2);
     for (int64_t i = 0; i < nh; i++)
         h[i] = info->dtype == STOF_BF16 ? stof_bf16_to_f32(half[i]) : stof_f16_to_f32(half[i]);
@@ -390,10 +405,11 @@ static void check_forward_against(const models *mm, const stof_forward_params *f
     free(half);
 }
 
-/* Graph capture and replay of a case, then a replay with the batch reversed:
- * same token count (same bucket), every sequence at a new place. The reversed
- * reference is the reversed CPU output when the mask does not depend on the
- * batch index (random parts are seeded per entry). */
+/* Graph capture and replay of a case (the last replay from device inputs),
+ * then a replay with the batch reversed: same token count (same bucket), every
+ * sequence at a new place, from device inputs. The reversed reference is the
+ * reversed CPU output when the mask does not depend on the batch index (random
+ * parts are seeded per entry). */
 static void graph_runs(const models *mm, const run_case *rc, const stof_forward_params *fp,
                        const int32_t *ids, const int32_t *types, const int32_t *lengths,
                        const float *ref_h, const float *ref_p, double tol, const char *label)
@@ -405,11 +421,11 @@ static void graph_runs(const models *mm, const run_case *rc, const stof_forward_
     const int32_t *tp = rc->types ? types : NULL;
     char what[160];
     int before = enc_gpu_graphs_captured(mm->gpu->gpu);
-    for (int k = 0; k < 3; k++) {
-        snprintf(what, sizeof what, "%s B=%d L=%d %s graph run %d", label, B, L,
-                 rc->mask ? rc->mask : "-", k);
-        check_forward_against(mm, fp, B, L, ids, tp, eff, rc->lengths_null, ref_h, ref_p, tol,
-                              what);
+    for (int k = 0; k < 4; k++) {
+        snprintf(what, sizeof what, "%s B=%d L=%d %s graph run %d%s", label, B, L,
+                 rc->mask ? rc->mask : "-", k, k == 3 ? ", device inputs" : "");
+        check_forward_against(mm, fp, B, L, ids, tp, eff, rc->lengths_null, k == 3, ref_h, ref_p,
+                              tol, what);
     }
     bool textual = !rc->mask || strcmp(rc->mask, "dense:heads") != 0;
     /* The first two runs of this case were kernel by kernel (eager); these three
@@ -431,9 +447,9 @@ static void graph_runs(const models *mm, const run_case *rc, const stof_forward_
             memcpy(rh + b * row, ref_h + s * row, sizeof(float) * (size_t)row);
             memcpy(rp + (int64_t)b * H, ref_p + (int64_t)s * H, sizeof(float) * (size_t)H);
         }
-        snprintf(what, sizeof what, "%s B=%d L=%d %s graph replay, batch reversed", label, B, L,
-                 rc->mask ? rc->mask : "-");
-        check_forward_against(mm, fp, B, L, rids, tp ? rtypes : NULL, rlen, rc->lengths_null,
+        snprintf(what, sizeof what, "%s B=%d L=%d %s graph replay, batch reversed, device inputs",
+                 label, B, L, rc->mask ? rc->mask : "-");
+        check_forward_against(mm, fp, B, L, rids, tp ? rtypes : NULL, rlen, rc->lengths_null, true,
                               rh, rp, tol, what);
         free(rids);
         free(rtypes);
@@ -1024,7 +1040,7 @@ static void test_tune(test_rng *r)
     for (int run = 0; run < 3; run++) {
         char what[64];
         snprintf(what, sizeof what, "tuned plan from the cache, run %d", run);
-        check_forward_against(&mm, &fp, B, L, ids, NULL, lengths, false, ref_h, ref_p, 1e-2,
+        check_forward_against(&mm, &fp, B, L, ids, NULL, lengths, false, false, ref_h, ref_p, 1e-2,
                               what);
     }
     free_pair(&mm);

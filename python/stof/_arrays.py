@@ -77,9 +77,19 @@ def describe(x, perm=None):
     """A _lib.Tensor describing x in place. perm reorders dimensions (a view
     through strides, never a copy)."""
     if is_torch(x):
+        if perm is None:  # the common case, kept short: it runs on every call
+            n = x.dim()
+            if not 1 <= n <= _lib.MAX_DIMS:
+                raise ValueError(f"stof tensors have 1 to {_lib.MAX_DIMS} dimensions, got "
+                                 f"shape {tuple(x.shape)}")
+            t = _lib.Tensor(x.data_ptr() or None, _torch_dtype_code(x.dtype),
+                            _lib.MEM_DEVICE if x.is_cuda else _lib.MEM_HOST, n)
+            t.shape[:n] = x.shape
+            t.stride[:n] = x.stride()
+            return t
         shape, stride = list(x.shape), list(x.stride())
         dtype = _torch_dtype_code(x.dtype)
-        memory = _lib.MEM_DEVICE if x.device.type == "cuda" else _lib.MEM_HOST
+        memory = _lib.MEM_DEVICE if x.is_cuda else _lib.MEM_HOST
         data = x.data_ptr()
     elif is_numpy(x):
         item = x.dtype.itemsize

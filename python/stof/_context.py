@@ -61,6 +61,7 @@ class Context:
             _lib.call("stof_ctx_create", ctypes.byref(params), ctypes.byref(handle))
         self.handle = handle
         self._stream = _OWN_STREAM
+        self._current_stream = None  # torch's reader of its current stream, once torch is seen
 
     @property
     def name(self):
@@ -72,15 +73,18 @@ class Context:
         handle may be 0 (the legacy default stream), which is set like any other."""
         if self.kind != "cuda":
             return
-        torch = _arrays.torch_module()
-        if torch is None or not torch.cuda.is_available():
-            return
-        # The raw handle without building a torch.cuda.Stream (a few microseconds a call,
-        # on the critical path of a small forward); the public call where torch lacks it.
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        stream = raw(self.index) if raw is not None \
-            else torch.cuda.current_stream(self.index).cuda_stream
-        self.use_stream(stream)
+        read = self._current_stream
+        if read is None:
+            torch = _arrays.torch_module()
+            if torch is None or not torch.cuda.is_available():
+                return
+            # The raw handle without building a torch.cuda.Stream (a few microseconds a
+            # call, on the critical path of a small forward); the public call where torch
+            # lacks it. Found once: torch and its CUDA support do not change in a process.
+            read = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+                (lambda i: torch.cuda.current_stream(i).cuda_stream)
+            self._current_stream = read
+        self.use_stream(read(self.index))
 
     @property
     def stream(self):

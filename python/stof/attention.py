@@ -23,15 +23,16 @@ KernelChoice.__doc__ = ("What stof.attention would run: kernel ('blockwise', 'bl
 _LAYOUTS = {"bhld": None, "blhd": (0, 2, 1, 3)}
 
 
-@contextlib.contextmanager
+_STAY = contextlib.nullcontext()
+
+
 def _on_device(ctx):
-    """Make the context's GPU torch's current device for the call (launches go there)."""
+    """A context manager making the context's GPU torch's current device for the
+    call (launches go there); one that does nothing when it already is."""
     torch = _arrays.torch_module()
     if ctx.kind != "cuda" or torch is None or torch.cuda.current_device() == ctx.index:
-        yield
-        return
-    with torch.cuda.device(ctx.index):
-        yield
+        return _STAY
+    return torch.cuda.device(ctx.index)
 
 
 def _same_device(ctx_key, x, name):

@@ -153,6 +153,12 @@ class Model:
         _lib.call("stof_model_get_info", handle, ctypes.byref(info))
         self._info = info
         self.device = "cpu" if ctx.kind == "cpu" else f"cuda:{ctx.index}"
+        # What every call needs, worked out once: the GPU index tensors may live on
+        # (-1: none, torch's get_device() of a CPU tensor), the default forward
+        # parameters, and torch's device and output dtype (at the first call).
+        self._gpu_index = -1 if ctx.kind == "cpu" else ctx.index
+        self._params = _lib.fn("stof_forward_default_params")()
+        self._out = None
 
     @classmethod
     def from_pretrained(cls, path, device=None, dtype=None):
@@ -232,7 +238,7 @@ class Model:
 
     def _forward(self, ids, lengths, types, hidden, pooled, mask, attention_mask=None):
         """One stof_model_forward; arguments are stof tensor descriptions (or None)."""
-        params = _lib.fn("stof_forward_default_params")()
+        params = _ForwardParams.from_buffer_copy(self._params)
         spec = None if mask is None else as_mask(mask)
         params.mask = spec._handle if spec is not None else None
         if attention_mask is not None:
@@ -324,9 +330,11 @@ class Model:
             if tuple(types.shape) != (B, L):
                 raise ValueError(f"token_type_ids has shape {tuple(types.shape)}, input_ids "
                                  f"{(B, L)}")
-        dtype = {_lib.F32: torch.float32, _lib.F16: torch.float16,
-                 _lib.BF16: torch.bfloat16}[self._info.dtype]
-        hidden = torch.empty((B, L, self._info.hidden), dtype=dtype, device=self.device)
+        if self._out is None:
+            self._out = (torch.device(self.device), {_lib.F32: torch.float32,
+                         _lib.F16: torch.float16, _lib.BF16: torch.bfloat16}[self._info.dtype])
+        device, dtype = self._out
+        hidden = torch.empty((B, L, self._info.hidden), dtype=dtype, device=device)
         self._forward(_arrays.describe(ids), None,
                       _arrays.describe(types) if types is not None else None,
                       _arrays.describe(hidden), None, mask,
@@ -334,6 +342,13 @@ class Model:
         return hidden
 
     def _token_tensor(self, torch, x, name):
+        # The usual case first, in few steps (every forward pays for them): an
+        # int32 or int64 [B, L] tensor on the CPU or on the model's GPU.
+        if type(x) is torch.Tensor and x.dim() == 2 and \
+                (x.dtype is torch.int64 or x.dtype is torch.int32):
+            where = x.get_device()
+            if where < 0 or where == self._gpu_index:
+                return x if x.is_contiguous() else x.contiguous()
         if not isinstance(x, torch.Tensor):
             x = torch.as_tensor(x)
         if x.dim() != 2:
@@ -356,7 +371,12 @@ class Model:
         that each row is ones followed by zeros."""
         if attention_mask is None:
             return None
-        m = attention_mask if isinstance(attention_mask, torch.Tensor) \
+        m = attention_mask
+        if type(m) is torch.Tensor and m.shape == (B, L) and \
+                (m.dtype is torch.int64 or m.dtype is torch.int32 or m.dtype is torch.uint8):
+            where = m.get_device()  # integer tensors never carry autograd state to detach
+            if where < 0 or where == self._gpu_index:
+                return m if m.is_contiguous() else m.contiguous() if isinstance(attention_mask, torch.Tensor) \
             else torch.as_tensor(attention_mask)
         if tuple(m.shape) != (B, L):
             raise ValueError(f"attention_mask has shape {tuple(m.shape)}, input_ids {(B, L)}")

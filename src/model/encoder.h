@@ -44,6 +44,7 @@ typedef struct enc_request {
     stof_tensor *hidden;        /* [B, L, hidden], contiguous, or NULL */
     stof_tensor *pooled;        /* F32 [B, hidden], contiguous, or NULL */
     bool eager;                 /* GPU: launch kernel by kernel, no CUDA graph */
+    bool packed;                /* GPU: enc_gpu_scan packed the inputs on the device (see there) */
     const struct tune_plan *plan; /* GPU: run this plan (the tuner's candidates); NULL: the
                                      tuning cache's, else the rules */
 } enc_request;
@@ -80,10 +81,14 @@ stof_status enc_gpu_forward(stof_model *m, const enc_request *r);
  * device memory, into lens [B] (host): one scan kernel and one read back. mask
  * (a device attention mask) or lengths (device) give them; with neither, lens
  * holds them on entry. Device ids and types are range-checked for those
- * lengths. Errors name the first offending element.
+ * lengths. Errors name the first offending element. When the ids (and the
+ * types, if any) are in device memory, the kernels ahead of the read back
+ * also pack the forward's inputs (cu_seqlens, ids, types, positions) from the
+ * scan's lengths, and *packed says so: nothing is left to upload once the
+ * host has the lengths.
  */
 stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor *mask,
-                         const stof_tensor *lengths, int32_t *lens);
+                         const stof_tensor *lengths, int32_t *lens, bool *packed);
 /* Whether the GPU path can run this model (head dim, widths); the message says why not. */
 stof_status enc_gpu_supports(const bert_config *c);
 /* Where tuned plans come from: path (NULL or "": the default file), or none when off. */
@@ -140,6 +145,22 @@ typedef struct enc_scan_args {
 } enc_scan_args;
 
 stof_status enc_scan_inputs(stof_ctx *ctx, const enc_scan_args *a);
+
+/* The packed inputs of a forward from a scan's report (enc_scan_inputs), built
+ * on the device: lens [B] (the report's lengths clamped to [0, L]), cu [B + 1]
+ * (their prefix sums), and at row cu[b] + i of ids, types and pos the id, the
+ * type and i for every i < lens[b]; rows from cu[B] up to B * L hold token 0,
+ * type 0 at position 0. ids and types are contiguous device [B, L] I32 or I64
+ * tensors (types NULL: out_types is not written). */
+typedef struct enc_pack_args {
+    int batch, len;
+    const int32_t *report; /* device [B][ENC_SCAN_WORDS] */
+    const void *ids, *types;
+    stof_dtype ids_dtype, types_dtype;
+    int32_t *cu, *lens, *out_ids, *out_types, *out_pos; /* out_*: B * L rows each */
+} enc_pack_args;
+
+stof_status enc_pack_inputs(stof_ctx *ctx, const enc_pack_args *a);
 /* dst[cu[b] + i] = src[b, i] as I32 for the real tokens of each sequence; src
  * is a contiguous device [B, L] I32 or I64 tensor; rows at or past cap are
  * never written. */

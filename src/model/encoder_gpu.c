@@ -4,7 +4,9 @@
  * Weights are uploaded once, in the run dtype, into one device block (the
  * query, key and value projections fused into one [3H, H] matrix). A forward
  * packs the real tokens on the host side of the upload (ids, types and
- * positions go up as [T] arrays with cu_seqlens in one copy), compiles the
+ * positions go up as [T] arrays with cu_seqlens in one copy) or, when ids and
+ * types are in device memory, on the device from the input scan's lengths,
+ * queued before the host waits for the scan; it compiles the
  * mask for the lengths on the GPU, and runs every operator on the T packed
  * rows: embeddings + LayerNorm, then per layer the QKV GEMM + bias, sparse
  * attention on strided views of the QKV output ([T, 3, heads, D] read as
@@ -114,6 +116,7 @@ struct enc_gpu {
     int64_t stage_cap;
     void *stage_event;
     bool stage_busy;
+    void *report_event;   /* the input scan's report is on the host */
     int32_t *host_report; /* pinned [cap_batch][ENC_SCAN_WORDS] */
     enc_graph graphs[ENC_GRAPHS];
     uint64_t clock;
@@ -287,6 +290,7 @@ void enc_gpu_destroy(enc_gpu *g)
     stof_mask_spec_destroy(g->full);
     free(g->layers);
     if (g->stage_event) cudaEventDestroy((cudaEvent_t)g->stage_event);
+    if (g->report_event) cudaEventDestroy((cudaEvent_t)g->report_event);
     if (g->stage) cudaFreeHost(g->stage);
     if (g->host_report) cudaFreeHost(g->host_report);
     free(g);
@@ -378,21 +382,45 @@ static stof_status stage_upload(stof_model *m, void *dst, int64_t n)
     return STOF_OK;
 }
 
+/* Word offsets of the parts of g->in for a batch of B sequences of L tokens:
+ * cu [B + 1] | lens [B] | ids | types | positions, the last three B * L rows
+ * apart (a forward uses the first Tb of each), every part on 16 bytes. */
+typedef struct in_layout {
+    int64_t lens, ids, types, pos;
+} in_layout;
+
+static in_layout input_layout(int B, int L)
+{
+    int64_t rows = align4((int64_t)B * L);
+    in_layout o;
+    o.lens = align4(B + 1);
+    o.ids = o.lens + align4(B);
+    o.types = o.ids + rows;
+    o.pos = o.types + rows;
+    return o;
+}
+
 /*
  * cu_seqlens, the lengths, and the packed ids, types and positions of host
  * tensors go up in one asynchronous copy from pinned memory; ids or types in
  * device memory are packed there (I64 narrowed to I32; their values were
- * checked by the input scan). Layout of g->in for this forward: cu [B + 1] |
- * lens [B] | ids [Tb] | types [Tb] | positions [Tb], each part starting on 16
- * bytes; rows past T hold token 0, type 0 at position 0.
+ * checked by the input scan), or were packed with everything else by the scan
+ * (r->packed). Rows past T hold token 0, type 0 at position 0.
  */
 static stof_status upload_inputs(stof_model *m, const enc_request *r, int64_t rows, dev_inputs *in)
 {
     enc_gpu *g = m->gpu;
     int B = r->batch;
     int64_t T = r->tokens;
-    int64_t o_lens = align4(B + 1), o_ids = o_lens + align4(B), o_types = o_ids + align4(rows),
-            o_pos = o_types + align4(rows);
+    in_layout o = input_layout(B, r->len);
+    in->cu = g->in;
+    in->lens = g->in + o.lens;
+    in->ids = g->in + o.ids;
+    in->types = r->types ? g->in + o.types : NULL;
+    in->pos = g->in + o.pos;
+    in->rows = rows;
+    if (r->packed) return STOF_OK;
+    int64_t o_lens = o.lens, o_ids = o.ids, o_types = o.types, o_pos = o.pos;
     int64_t end = o_pos + rows;
     STOF_TRY(stage_reserve(g, end));
     int32_t *st = g->stage;
@@ -410,12 +438,6 @@ static stof_status upload_inputs(stof_model *m, const enc_request *r, int64_t ro
     }
     for (int64_t t = T; t < rows; t++)
         st[o_ids + t] = st[o_types + t] = st[o_pos + t] = 0;
-    in->cu = g->in;
-    in->lens = g->in + o_lens;
-    in->ids = g->in + o_ids;
-    in->types = r->types ? g->in + o_types : NULL;
-    in->pos = g->in + o_pos;
-    in->rows = rows;
     STOF_TRY(stage_upload(m, g->in, end));
     if (!host_ids)
         STOF_TRY(enc_pack_tokens(m->ctx, r->ids->data, r->ids->dtype, in->cu, B, r->len, in->ids,
@@ -455,10 +477,11 @@ static stof_status scan_problem(const stof_model *m, const enc_request *r, int b
 }
 
 stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor *mask,
-                         const stof_tensor *lengths, int32_t *lens)
+                         const stof_tensor *lengths, int32_t *lens, bool *packed)
 {
     enc_gpu *g = m->gpu;
     int B = r->batch;
+    *packed = false;
     STOF_REQUIRE(B <= 65535, STOF_ERR_UNSUPPORTED,
                  "batch %d: the GPU encoder takes at most 65535 sequences", B);
     if (B == 0) return STOF_OK;
@@ -494,12 +517,42 @@ stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor 
     STOF_TRY(enc_scan_inputs(m->ctx, &a));
     size_t bytes = (size_t)B * ENC_SCAN_WORDS * sizeof(int32_t);
     STOF_CUDA_TRY(cudaMemcpyAsync(g->host_report, g->report, bytes, cudaMemcpyDeviceToHost, s));
-    STOF_CUDA_TRY(cudaStreamSynchronize(s));
+    if (!g->report_event) {
+        cudaEvent_t e = NULL;
+        STOF_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        g->report_event = e;
+    }
+    STOF_CUDA_TRY(cudaEventRecord((cudaEvent_t)g->report_event, s));
+    /* With every token input on the device, the packing is queued behind the
+     * read back and runs while the host checks the report, instead of after
+     * it: the host waits for the report alone. */
+    bool pack =
+        r->ids->memory == STOF_MEM_DEVICE && (!r->types || r->types->memory == STOF_MEM_DEVICE);
+    if (pack) {
+        in_layout o = input_layout(B, r->len);
+        enc_pack_args p;
+        memset(&p, 0, sizeof p);
+        p.batch = B;
+        p.len = r->len;
+        p.report = g->report;
+        p.ids = a.ids;
+        p.ids_dtype = a.ids_dtype;
+        p.types = a.types;
+        p.types_dtype = a.types_dtype;
+        p.cu = g->in;
+        p.lens = g->in + o.lens;
+        p.out_ids = g->in + o.ids;
+        p.out_types = g->in + o.types;
+        p.out_pos = g->in + o.pos;
+        STOF_TRY(enc_pack_inputs(m->ctx, &p));
+    }
+    STOF_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)g->report_event));
     for (int b = 0; b < B; b++) {
         const int32_t *w = g->host_report + (int64_t)b * ENC_SCAN_WORDS;
         STOF_TRY(scan_problem(m, r, b, w));
         lens[b] = w[ENC_SCAN_LENGTH];
     }
+    *packed = pack;
     return STOF_OK;
 }
 

@@ -3,7 +3,9 @@
  * src/fuse: widening the last hidden state to f32, CLS pooling, L2
  * normalisation of pooled rows, and the inputs that arrive in device memory:
  * one scan that derives the lengths (from an attention mask) and range-checks
- * ids and types, and the packing of ids and types (I32 or I64) into I32.
+ * ids and types, and the packing of ids and types (I32 or I64) into I32, of
+ * one tensor for given cu_seqlens or of a whole forward's inputs from the
+ * scan's lengths.
  *
  * The one non-obvious choice: the scan reports, per sequence, the first
  * offending position and its value, so the host reads back a few words per
@@ -204,4 +206,79 @@ extern "C" stof_status enc_pack_tokens(stof_ctx *ctx, const void *src, stof_dtyp
     pack_tokens_kernel<<<grid, 256, 0, (cudaStream_t)ctx->stream>>>(src, (int)dtype, cu_seqlens, len,
                                                                     cap, dst);
     return launched("pack_tokens_kernel");
+}
+
+/* lens and cu of enc_pack_inputs: one CTA of 1024 threads scanning the
+ * lengths 1024 at a time, the running total carried between chunks. */
+static __global__ void __launch_bounds__(1024) pack_prefix_kernel(enc_pack_args a)
+{
+    __shared__ int warp_total[32];
+    __shared__ int carry;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (threadIdx.x == 0) {
+        carry = 0;
+        a.cu[0] = 0;
+    }
+    for (int base = 0; base < a.batch; base += blockDim.x) {
+        const int b = base + threadIdx.x;
+        int v = 0;
+        if (b < a.batch) {
+            v = a.report[(int64_t)b * ENC_SCAN_WORDS + ENC_SCAN_LENGTH];
+            v = v < 0 ? 0 : v > a.len ? a.len : v;
+            a.lens[b] = v;
+        }
+        int x = v; /* inclusive scan within the warp */
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, x, o);
+            if (lane >= o) x += y;
+        }
+        if (lane == 31) warp_total[warp] = x;
+        __syncthreads();
+        if (warp == 0) { /* then over the warps' totals */
+            int w = warp_total[lane];
+            for (int o = 1; o < 32; o <<= 1) {
+                const int y = __shfl_up_sync(0xffffffffu, w, o);
+                if (lane >= o) w += y;
+            }
+            warp_total[lane] = w;
+        }
+        __syncthreads();
+        const int sum = carry + x + (warp > 0 ? warp_total[warp - 1] : 0);
+        if (b < a.batch) a.cu[b + 1] = sum;
+        __syncthreads(); /* carry and warp_total are read by all before they change */
+        if (threadIdx.x == blockDim.x - 1) carry = sum;
+    }
+}
+
+/* The rows of enc_pack_inputs: CTA (x, b) covers positions of sequence b, and
+ * zeroes packed row b * L + i when it lies past the real tokens. */
+static __global__ void pack_rows_kernel(enc_pack_args a)
+{
+    const int b = blockIdx.y;
+    const int64_t start = a.cu[b], total = a.cu[a.batch];
+    const int n = a.cu[b + 1] - a.cu[b]; /* in [0, L]: the lengths were clamped */
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < a.len; i += gridDim.x * blockDim.x) {
+        const int64_t src = (int64_t)b * a.len + i;
+        if (i < n) {
+            a.out_ids[start + i] = (int32_t)load_int(a.ids, a.ids_dtype, src);
+            if (a.types) a.out_types[start + i] = (int32_t)load_int(a.types, a.types_dtype, src);
+            a.out_pos[start + i] = i;
+        }
+        if (src >= total) {
+            a.out_ids[src] = 0;
+            if (a.types) a.out_types[src] = 0;
+            a.out_pos[src] = 0;
+        }
+    }
+}
+
+extern "C" stof_status enc_pack_inputs(stof_ctx *ctx, const enc_pack_args *a)
+{
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    pack_prefix_kernel<<<1, 1024, 0, s>>>(*a);
+    STOF_TRY(launched("pack_prefix_kernel"));
+    int xb = (a->len + 255) / 256;
+    dim3 grid((unsigned)(xb > 16 ? 16 : xb < 1 ? 1 : xb), (unsigned)a->batch);
+    pack_rows_kernel<<<grid, 256, 0, s>>>(*a);
+    return launched("pack_rows_kernel");
 }

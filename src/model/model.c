@@ -230,7 +230,7 @@ static stof_status read_lengths(stof_model *m, const stof_tensor *lengths, const
     }
     if (in_device(lengths) || in_device(mask) || in_device(r->ids) || in_device(r->types))
         STOF_TRY(enc_gpu_scan(m, r, in_device(mask) ? mask : NULL,
-                              in_device(lengths) ? lengths : NULL, lens));
+                              in_device(lengths) ? lengths : NULL, lens, &r->packed));
     int max_pos = m->info.max_positions;
     int64_t T = 0;
     cu[0] = 0;
