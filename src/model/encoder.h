@@ -141,7 +141,8 @@ typedef struct enc_scan_args {
     const void *ids, *types; /* device [B, L] contiguous I32 / I64, or NULL: not checked */
     stof_dtype ids_dtype, types_dtype;
     int vocab, type_vocab;
-    int32_t *report; /* device [B][ENC_SCAN_WORDS] */
+    int32_t *report;      /* device [B][ENC_SCAN_WORDS] */
+    int32_t *report_host; /* a mapped host copy of report written alongside it, or NULL */
 } enc_scan_args;
 
 stof_status enc_scan_inputs(stof_ctx *ctx, const enc_scan_args *a);

@@ -118,6 +118,7 @@ struct enc_gpu {
     bool stage_busy;
     void *report_event;   /* the input scan's report is on the host */
     int32_t *host_report; /* pinned [cap_batch][ENC_SCAN_WORDS] */
+    int32_t *host_report_dev; /* host_report as the device writes it (mapped), or NULL: copied */
     enc_graph graphs[ENC_GRAPHS];
     uint64_t clock;
     void *capture_stream; /* cudaStream_t graphs are captured on (made on first use) */
@@ -324,8 +325,20 @@ static stof_status ws_reserve(stof_model *m, int B, int L)
     g->cap_batch = 0;
     if (g->host_report) cudaFreeHost(g->host_report);
     g->host_report = NULL;
-    STOF_CUDA_TRY(cudaMallocHost((void **)&g->host_report,
-                                 (size_t)batch * ENC_SCAN_WORDS * sizeof(int32_t)));
+    g->host_report_dev = NULL;
+    /* Mapped, so that the scan writes its report straight to the host (no copy
+     * to queue and wait for); plain pinned memory and a copy where it cannot be. */
+    size_t rep_bytes = (size_t)batch * ENC_SCAN_WORDS * sizeof(int32_t);
+    bool mapped =
+        cudaHostAlloc((void **)&g->host_report, rep_bytes, cudaHostAllocMapped) == cudaSuccess &&
+        cudaHostGetDevicePointer((void **)&g->host_report_dev, g->host_report, 0) == cudaSuccess;
+    if (!mapped) {
+        (void)cudaGetLastError();
+        if (g->host_report) cudaFreeHost(g->host_report);
+        g->host_report = NULL;
+        g->host_report_dev = NULL;
+        STOF_CUDA_TRY(cudaMallocHost((void **)&g->host_report, rep_bytes));
+    }
     STOF_TRY(stof_dev_alloc(g->ctx, total, &g->ws));
     char *base = (char *)g->ws;
     g->in = (int32_t *)(base + o_in);
@@ -514,9 +527,12 @@ stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor 
     }
     a.vocab = m->info.vocab;
     a.type_vocab = m->info.type_vocab;
+    a.report_host = g->host_report_dev;
     STOF_TRY(enc_scan_inputs(m->ctx, &a));
-    size_t bytes = (size_t)B * ENC_SCAN_WORDS * sizeof(int32_t);
-    STOF_CUDA_TRY(cudaMemcpyAsync(g->host_report, g->report, bytes, cudaMemcpyDeviceToHost, s));
+    if (!a.report_host) {
+        size_t bytes = (size_t)B * ENC_SCAN_WORDS * sizeof(int32_t);
+        STOF_CUDA_TRY(cudaMemcpyAsync(g->host_report, g->report, bytes, cudaMemcpyDeviceToHost, s));
+    }
     if (!g->report_event) {
         cudaEvent_t e = NULL;
         STOF_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

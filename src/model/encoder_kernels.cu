@@ -166,16 +166,22 @@ static __global__ void scan_inputs_kernel(enc_scan_args a)
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        rep[ENC_SCAN_LENGTH] = length;
-        rep[ENC_SCAN_MASK_VALUE] = bad_value;
-        rep[ENC_SCAN_MASK_ONE_AFTER_ZERO] = one_after;
-        rep[ENC_SCAN_ID] = bad_id;
-        rep[ENC_SCAN_TYPE] = bad_type;
-        put64(rep + ENC_SCAN_MASK_VALUE_AT,
+        int32_t w[ENC_SCAN_WORDS];
+        w[ENC_SCAN_LENGTH] = length;
+        w[ENC_SCAN_MASK_VALUE] = bad_value;
+        w[ENC_SCAN_MASK_ONE_AFTER_ZERO] = one_after;
+        w[ENC_SCAN_ID] = bad_id;
+        w[ENC_SCAN_TYPE] = bad_type;
+        put64(w + ENC_SCAN_MASK_VALUE_AT,
               bad_value < a.len ? load_int(a.mask, a.mask_dtype, row + bad_value) : 0);
-        put64(rep + ENC_SCAN_ID_VALUE, bad_id < upto ? load_int(a.ids, a.ids_dtype, row + bad_id) : 0);
-        put64(rep + ENC_SCAN_TYPE_VALUE,
+        put64(w + ENC_SCAN_ID_VALUE, bad_id < upto ? load_int(a.ids, a.ids_dtype, row + bad_id) : 0);
+        put64(w + ENC_SCAN_TYPE_VALUE,
               bad_type < upto ? load_int(a.types, a.types_dtype, row + bad_type) : 0);
+        int32_t *host = a.report_host ? a.report_host + (int64_t)b * ENC_SCAN_WORDS : NULL;
+        for (int k = 0; k < ENC_SCAN_WORDS; k++) {
+            rep[k] = w[k];
+            if (host) host[k] = w[k];
+        }
     }
 }
 
