@@ -376,8 +376,9 @@ class Model:
                 (m.dtype is torch.int64 or m.dtype is torch.int32 or m.dtype is torch.uint8):
             where = m.get_device()  # integer tensors never carry autograd state to detach
             if where < 0 or where == self._gpu_index:
-                return m if m.is_contiguous() else m.contiguous() if isinstance(attention_mask, torch.Tensor) \
-            else torch.as_tensor(attention_mask)
+                return m if m.is_contiguous() else m.contiguous()
+        if not isinstance(m, torch.Tensor):
+            m = torch.as_tensor(m)
         if tuple(m.shape) != (B, L):
             raise ValueError(f"attention_mask has shape {tuple(m.shape)}, input_ids {(B, L)}")
         if m.dtype == torch.bool:

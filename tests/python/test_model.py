@@ -134,6 +134,12 @@ def test_call_matches_encode(cpu_model):
     same = cpu_model(batch["input_ids"], batch["attention_mask"],
                      token_type_ids=torch.zeros_like(batch["input_ids"]))
     assert torch.allclose(same, hidden)
+    # Lists, strided tensors and other integer types take the long way to the same result.
+    lists = cpu_model(batch["input_ids"].tolist(), batch["attention_mask"].tolist())
+    assert torch.allclose(lists, hidden)
+    strided = cpu_model(batch["input_ids"].t().contiguous().t().short(),
+                        batch["attention_mask"].t().contiguous().t().bool())
+    assert torch.allclose(strided, hidden)
 
 
 @needs_model
@@ -285,6 +291,7 @@ def test_gpu_f16_matches_sentence_transformers():
     for mask in (am.cuda(), am.int().cuda(), am.bool().cuda(), am.bool()):
         assert torch.equal(model(ids.cuda(), mask), host)
     assert torch.equal(model(ids.int().cuda(), am.cuda()), host)
+    assert torch.equal(model(ids.cuda().t().contiguous().t(), am.tolist()), host)
     bad = ids.clone()
     bad[1, 2] = 10 ** 6
     with pytest.raises(stof.StofError, match=r"ids\[1, 2\] = 1000000 is outside the vocabulary"):
