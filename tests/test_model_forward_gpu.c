@@ -350,10 +350,9 @@ static double rel_err_valid(const float *out, const float *ref, const int32_t *l
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* One GPU forward (host ids, device half hidden over poison, host pooled) against a reference. */
-/* One forward of host inputs against the reference; with on_device, ids,
- * types and lengths go to device memory first (the scan then packs them on
- * the device). */
+/* One GPU forward (host ids, device half hidden over poison, host pooled)
+ * against a reference; with on_device, ids, types and lengths go to device
+ * memory first (the scan then packs them on the device). */
 static void check_forward_against(const models *mm, const stof_forward_params *fp, int B, int L,
                                   const int32_t *ids, const int32_t *types, const int32_t *lengths,
                                   bool lengths_null, bool on_device, const float *ref_h,
@@ -428,7 +427,7 @@ static void graph_runs(const models *mm, const run_case *rc, const stof_forward_
                               tol, what);
     }
     bool textual = !rc->mask || strcmp(rc->mask, "dense:heads") != 0;
-    /* The first two runs of this case were kernel by kernel (eager); these three
+    /* The first two runs of this case were kernel by kernel (eager); these four
      * see the bucket again: the first of them captures it. */
     CHECK(!textual || enc_gpu_graphs_captured(mm->gpu->gpu) >= (before > 0 ? before : 1),
           "%s: no CUDA graph was captured", what);
