@@ -378,16 +378,22 @@ static stof_status stage_reserve(enc_gpu *g, int64_t n)
     return STOF_OK;
 }
 
+/* *event, created (without timing) on first use. */
+static stof_status event_once(void **event)
+{
+    if (*event) return STOF_OK;
+    cudaEvent_t e = NULL;
+    STOF_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *event = e;
+    return STOF_OK;
+}
+
 /* dst <- the stage's first n words, asynchronously; the stage is busy until then. */
 static stof_status stage_upload(stof_model *m, void *dst, int64_t n)
 {
     enc_gpu *g = m->gpu;
     cudaStream_t s = (cudaStream_t)m->ctx->stream;
-    if (!g->stage_event) {
-        cudaEvent_t e = NULL;
-        STOF_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        g->stage_event = e;
-    }
+    STOF_TRY(event_once(&g->stage_event));
     STOF_CUDA_TRY(
         cudaMemcpyAsync(dst, g->stage, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     STOF_CUDA_TRY(cudaEventRecord((cudaEvent_t)g->stage_event, s));
@@ -395,22 +401,20 @@ static stof_status stage_upload(stof_model *m, void *dst, int64_t n)
     return STOF_OK;
 }
 
-/* Word offsets of the parts of g->in for a batch of B sequences of L tokens:
- * cu [B + 1] | lens [B] | ids | types | positions, the last three B * L rows
- * apart (a forward uses the first Tb of each), every part on 16 bytes. */
-typedef struct in_layout {
-    int64_t lens, ids, types, pos;
-} in_layout;
-
-static in_layout input_layout(int B, int L)
+/* The parts of g->in for a batch of B sequences of L tokens: cu [B + 1] |
+ * lens [B] | ids | types | positions, the last three B * L rows apart (a
+ * forward uses the first Tb of each), every part on 16 bytes; rows is 0. */
+static dev_inputs input_views(const enc_gpu *g, int B, int L)
 {
-    int64_t rows = align4((int64_t)B * L);
-    in_layout o;
-    o.lens = align4(B + 1);
-    o.ids = o.lens + align4(B);
-    o.types = o.ids + rows;
-    o.pos = o.types + rows;
-    return o;
+    int64_t n = align4((int64_t)B * L);
+    dev_inputs v;
+    memset(&v, 0, sizeof v);
+    v.cu = g->in;
+    v.lens = v.cu + align4(B + 1);
+    v.ids = v.lens + align4(B);
+    v.types = v.ids + n;
+    v.pos = v.types + n;
+    return v;
 }
 
 /*
@@ -425,15 +429,13 @@ static stof_status upload_inputs(stof_model *m, const enc_request *r, int64_t ro
     enc_gpu *g = m->gpu;
     int B = r->batch;
     int64_t T = r->tokens;
-    in_layout o = input_layout(B, r->len);
-    in->cu = g->in;
-    in->lens = g->in + o.lens;
-    in->ids = g->in + o.ids;
-    in->types = r->types ? g->in + o.types : NULL;
-    in->pos = g->in + o.pos;
+    *in = input_views(g, B, r->len);
     in->rows = rows;
+    /* word offsets in the stage, which mirrors g->in (types staged as zeros without types) */
+    int64_t o_lens = in->lens - g->in, o_ids = in->ids - g->in, o_types = in->types - g->in,
+            o_pos = in->pos - g->in;
+    if (!r->types) in->types = NULL;
     if (r->packed) return STOF_OK;
-    int64_t o_lens = o.lens, o_ids = o.ids, o_types = o.types, o_pos = o.pos;
     int64_t end = o_pos + rows;
     STOF_TRY(stage_reserve(g, end));
     int32_t *st = g->stage;
@@ -533,11 +535,7 @@ stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor 
         size_t bytes = (size_t)B * ENC_SCAN_WORDS * sizeof(int32_t);
         STOF_CUDA_TRY(cudaMemcpyAsync(g->host_report, g->report, bytes, cudaMemcpyDeviceToHost, s));
     }
-    if (!g->report_event) {
-        cudaEvent_t e = NULL;
-        STOF_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        g->report_event = e;
-    }
+    STOF_TRY(event_once(&g->report_event));
     STOF_CUDA_TRY(cudaEventRecord((cudaEvent_t)g->report_event, s));
     /* With every token input on the device, the packing is queued behind the
      * read back and runs while the host checks the report, instead of after
@@ -545,7 +543,7 @@ stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor 
     bool pack =
         r->ids->memory == STOF_MEM_DEVICE && (!r->types || r->types->memory == STOF_MEM_DEVICE);
     if (pack) {
-        in_layout o = input_layout(B, r->len);
+        dev_inputs v = input_views(g, B, r->len);
         enc_pack_args p;
         memset(&p, 0, sizeof p);
         p.batch = B;
@@ -555,11 +553,11 @@ stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor 
         p.ids_dtype = a.ids_dtype;
         p.types = a.types;
         p.types_dtype = a.types_dtype;
-        p.cu = g->in;
-        p.lens = g->in + o.lens;
-        p.out_ids = g->in + o.ids;
-        p.out_types = g->in + o.types;
-        p.out_pos = g->in + o.pos;
+        p.cu = v.cu;
+        p.lens = v.lens;
+        p.out_ids = v.ids;
+        p.out_types = v.types;
+        p.out_pos = v.pos;
         STOF_TRY(enc_pack_inputs(m->ctx, &p));
     }
     STOF_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)g->report_event));
