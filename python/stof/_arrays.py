@@ -77,17 +77,7 @@ def describe(x, perm=None):
     """A _lib.Tensor describing x in place. perm reorders dimensions (a view
     through strides, never a copy)."""
     if is_torch(x):
-        if perm is None:  # the common case, kept short: it runs on every call
-            n = x.dim()
-            if not 1 <= n <= _lib.MAX_DIMS:
-                raise ValueError(f"stof tensors have 1 to {_lib.MAX_DIMS} dimensions, got "
-                                 f"shape {tuple(x.shape)}")
-            t = _lib.Tensor(x.data_ptr() or None, _torch_dtype_code(x.dtype),
-                            _lib.MEM_DEVICE if x.is_cuda else _lib.MEM_HOST, n)
-            t.shape[:n] = x.shape
-            t.stride[:n] = x.stride()
-            return t
-        shape, stride = list(x.shape), list(x.stride())
+        shape, stride = x.shape, x.stride()
         dtype = _torch_dtype_code(x.dtype)
         memory = _lib.MEM_DEVICE if x.is_cuda else _lib.MEM_HOST
         data = x.data_ptr()
@@ -96,7 +86,7 @@ def describe(x, perm=None):
         if any(s % item or s < 0 for s in x.strides):
             raise ValueError(f"numpy array strides {x.strides} are not non-negative multiples of "
                              f"the item size {item}")
-        shape, stride = list(x.shape), [s // item for s in x.strides]
+        shape, stride = x.shape, [s // item for s in x.strides]
         dtype = _numpy_dtype_code(x.dtype)
         memory = _lib.MEM_HOST
         data = x.ctypes.data
@@ -105,17 +95,15 @@ def describe(x, perm=None):
     if perm is not None:
         shape = [shape[p] for p in perm]
         stride = [stride[p] for p in perm]
-    if not 1 <= len(shape) <= _lib.MAX_DIMS:
+    n = len(shape)
+    if not 1 <= n <= _lib.MAX_DIMS:
         raise ValueError(f"stof tensors have 1 to {_lib.MAX_DIMS} dimensions, got shape "
                          f"{tuple(shape)}")
-    t = _lib.Tensor()
-    t.data = data or None
-    t.dtype = dtype
-    t.memory = memory
-    t.ndim = len(shape)
-    for d in range(len(shape)):
-        t.shape[d] = shape[d]
-        t.stride[d] = stride[d]
+    # Few steps (this runs for every tensor of every call): the fields in the
+    # constructor, the dimensions as two slice assignments.
+    t = _lib.Tensor(data or None, dtype, memory, n)
+    t.shape[:n] = shape
+    t.stride[:n] = stride
     return t
 
 
