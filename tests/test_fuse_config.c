@@ -322,8 +322,8 @@ static void test_argument_checks(void)
     fake.smem_per_block_optin = H100_SMEM;
     snprintf(fake.device_name, sizeof fake.device_name, "claimed GPU");
     stof_ctx *ctx = &fake;
-    fuse_choice lt = {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0};
-    fuse_choice st = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0};
+    fuse_choice lt = {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0};
+    fuse_choice st = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0};
     fuse_ws ws = {NULL, 0};
     fuse_linear_args a;
 
@@ -342,7 +342,7 @@ static void test_argument_checks(void)
 
     /* linear + act */
     CHECK_STATUS(fuse_linear_act(ctx, NULL, &a, ws), STOF_ERR_INVALID_ARG);
-    fuse_choice badpath = {(fuse_path)7, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0};
+    fuse_choice badpath = {(fuse_path)7, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0};
     CHECK_STATUS(fuse_linear_act(ctx, &badpath, &a, ws), STOF_ERR_INVALID_ARG);
     CHECK_STATUS(fuse_linear_act(ctx, &lt, NULL, ws), STOF_ERR_INVALID_ARG);
     a = linear_args();
@@ -375,16 +375,17 @@ static void test_argument_checks(void)
     CHECK_STATUS(fuse_linear_act(ctx, &st, &a, ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("overlaps x"), "message: %s", stof_last_error());
     a = linear_args();
-    fuse_choice wrong_tpl = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_RES_LN, NULL)[0], 0};
+    fuse_choice wrong_tpl = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_RES_LN, NULL)[0], 0, 0};
     CHECK_STATUS(fuse_linear_act(ctx, &wrong_tpl, &a, ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("does not run this segment"), "message: %s", stof_last_error());
-    fuse_choice uncompiled = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_BIAS_ACT, NULL)[0], 0};
+    fuse_choice uncompiled = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_BIAS_ACT, NULL)[0], 0,
+                              0};
     uncompiled.config.stages = 7;
     CHECK_STATUS(fuse_linear_act(ctx, &uncompiled, &a, ws), STOF_ERR_INVALID_ARG);
 
     /* gemm_sm90: unavailable on this claimed GPU (cc 0.0), refused before any
      * CUDA call; misused with the other segments, refused by template */
-    fuse_choice hopper = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_SM90, NULL)[0], 0};
+    fuse_choice hopper = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_SM90, NULL)[0], 0, 0};
     CHECK(!fuse_sm90_available(ctx), "a cc 0.0 context claims sm90");
     a = linear_args();
     CHECK_STATUS(fuse_linear_act(ctx, &hopper, &a, ws), STOF_ERR_UNSUPPORTED);
@@ -447,6 +448,31 @@ static void test_argument_checks(void)
     a = linear_args();
     a.gamma = NULL;
     CHECK_STATUS(fuse_run_gemm_res_ln(ctx, NULL, &a), STOF_ERR_INVALID_ARG);
+
+    /* K split into partial sums: slice counts, slice widths, workspace */
+    a = linear_args();
+    fuse_choice split = lt;
+    split.lt_splits = FUSE_LT_MAX_SPLITS + 1;
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &split, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("lt_splits 9"), "message: %s", stof_last_error());
+    split.lt_splits = -1;
+    CHECK_STATUS(fuse_linear_act(ctx, &split, &a, ws), STOF_ERR_INVALID_ARG);
+    split.lt_splits = 4; /* 128 x 768 fp32, four times: 1.5 MiB */
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &split, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("workspace"), "message: %s", stof_last_error());
+    fuse_ws small_ws = {P(0x20000000), 1 << 20};
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &split, &a, small_ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("1572864 bytes of workspace"), "message: %s", stof_last_error());
+    fuse_ws big_ws = {P(0x20000000), 4 << 20};
+    split.lt_splits = 5; /* 768 is no multiple of 40 */
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &split, &a, big_ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("k = 768"), "message: %s", stof_last_error());
+    float *parts = P(0x30000000);
+    CHECK_STATUS(fuse_lt_gemm_parts(ctx, &a, 0, parts, big_ws), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_lt_gemm_parts(ctx, &a, 4, P(0x20000100), big_ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("overlaps"), "message: %s", stof_last_error());
+    CHECK_STATUS(fuse_lt_gemm_parts(ctx, &a, 4, P(0x30000004), big_ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("16-byte aligned"), "message: %s", stof_last_error());
 
     /* FFN */
     fuse_ffn_args f = ffn_args();
@@ -530,9 +556,34 @@ static void test_argument_checks(void)
     CHECK_STATUS(fuse_mean_pool(ctx, STOF_F16, x, cu, 4, 100, 512, STOF_F32, y), STOF_ERR_SHAPE);
 }
 
+/* The K-split rule: four slices to 256 rows, two to 512 where k >= 2n, slices
+ * of at least 192, partial sums within half the workspace. */
+static void test_split_rule(void)
+{
+    const size_t ws = FUSE_LT_WORKSPACE_BYTES;
+    static const struct {
+        int64_t m;
+        int n, k;
+        size_t ws;
+        int want;
+    } cases[] = {
+        {1, 768, 3072, ws, 4},    {128, 768, 3072, ws, 4},       {128, 768, 768, ws, 4},
+        {256, 1024, 4096, ws, 4}, {257, 768, 3072, ws, 2},       {512, 768, 3072, ws, 2},
+        {300, 768, 768, ws, 1},   {513, 768, 3072, ws, 1},       {4096, 768, 3072, ws, 1},
+        {128, 384, 384, ws, 2},   {128, 384, 1536, ws, 4},       {64, 200, 72, ws, 1},
+        {128, 768, 600, ws, 3},   {256, 1024, 4096, 4 << 20, 2}, {256, 1024, 4096, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int got = fuse_lt_split_rule(cases[i].m, cases[i].n, cases[i].k, cases[i].ws);
+        CHECK(got == cases[i].want, "split rule m=%lld n=%d k=%d ws=%zu: %d slices, want %d",
+              (long long)cases[i].m, cases[i].n, cases[i].k, cases[i].ws, got, cases[i].want);
+    }
+}
+
 int main(void)
 {
     test_tables();
+    test_split_rule();
     test_validation();
     test_smem_and_shapes();
     test_default_rule();

@@ -57,12 +57,13 @@ enum {
     FAM_LT_ACT,
     FAM_LT_LN,
     FAM_LT_FFN,
+    FAM_LT_SPLIT,
     FAM_SM90,
     FAM_COUNT
 };
-static const char *fam_names[FAM_COUNT] = {"gemm_bias_act", "gemm_res_ln", "ffn_chain",
-                                           "cublaslt+act",  "cublaslt+ln", "cublaslt ffn",
-                                           "gemm_sm90"};
+static const char *fam_names[FAM_COUNT] = {"gemm_bias_act",       "gemm_res_ln", "ffn_chain",
+                                           "cublaslt+act",        "cublaslt+ln", "cublaslt ffn",
+                                           "cublaslt k-split+ln", "gemm_sm90"};
 static double worst[FAM_COUNT][2];
 
 /* Whether the gemm_sm90 configs run here (set once in main). */
@@ -205,6 +206,7 @@ static int choices_for(fuse_tpl tpl, fuse_choice *out, int cap)
     int n = 0, count = 0;
     const fuse_config *list = fuse_config_list(tpl, &count);
     for (int i = 0; i < count && n < cap - 2; i++) {
+        memset(&out[n], 0, sizeof out[n]);
         out[n].path = FUSE_PATH_STOF;
         out[n].config = list[i];
         n++;
@@ -214,6 +216,41 @@ static int choices_for(fuse_tpl tpl, fuse_choice *out, int cap)
     memset(&out[n], 0, sizeof out[n]);
     out[n++].path = FUSE_PATH_CUBLASLT;
     return n;
+}
+
+/* choices_for(tpl) (GEMM_RES_LN or FFN_CHAIN) plus cuBLASLt with K cut into
+ * 2, 3, 4 and 8 slices where k allows (fuse_choice.lt_splits). */
+static int residual_choices(fuse_tpl tpl, int k, fuse_choice *out, int cap)
+{
+    int n = choices_for(tpl, out, cap);
+    static const int splits[] = {2, 3, 4, 8};
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0] && n < cap; i++) {
+        if (k % (8 * splits[i])) continue;
+        memset(&out[n], 0, sizeof out[n]);
+        out[n].path = FUSE_PATH_CUBLASLT;
+        out[n].lt_splits = splits[i];
+        n++;
+    }
+    return n;
+}
+
+static int residual_family(const fuse_choice *c, int stof_family, int lt_family)
+{
+    if (c->path == FUSE_PATH_STOF) return stof_family;
+    return c->lt_splits >= 2 ? FAM_LT_SPLIT : lt_family;
+}
+
+/* False when choice c splits K into partial sums of m x n that the workspace
+ * cannot hold: then the call must have refused, naming the workspace. */
+static bool parts_fit(const char *label, const fuse_choice *c, int64_t m, int n, fuse_ws ws,
+                      stof_status st)
+{
+    if (c->path != FUSE_PATH_CUBLASLT || c->lt_splits < 2) return true;
+    if ((double)c->lt_splits * (double)m * n * sizeof(float) <= (double)ws.bytes) return true;
+    CHECK(st == STOF_ERR_INVALID_ARG && strstr(stof_last_error(), "workspace"),
+          "%s: partial sums past the workspace gave %s (%s)", label, stof_status_str(st),
+          stof_last_error());
+    return false;
 }
 
 /* choices_for(GEMM_BIAS_ACT) plus, where they can run, the gemm_sm90 configs. */
@@ -240,7 +277,9 @@ static int linear_act_family(const fuse_choice *c)
 
 static void choice_name(const fuse_choice *c, char *buf, size_t cap)
 {
-    if (c->path == FUSE_PATH_CUBLASLT)
+    if (c->path == FUSE_PATH_CUBLASLT && c->lt_splits >= 2)
+        snprintf(buf, cap, "cublaslt k/%d", c->lt_splits);
+    else if (c->path == FUSE_PATH_CUBLASLT)
         snprintf(buf, cap, "cublaslt");
     else if (c->config.tpl == FUSE_TPL_NONE)
         snprintf(buf, cap, "stof default");
@@ -290,7 +329,7 @@ static void run_linear_act(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const
     fuse_act lt_act = act == FUSE_ACT_GELU ? FUSE_ACT_NONE : act;
     if (act == FUSE_ACT_GELU) plain.bias = NULL;
     int algos = 0;
-    CHECK_OK(fuse_lt_algo_count(ctx, &plain, lt_act, NULL, ws, &algos));
+    CHECK_OK(fuse_lt_algo_count(ctx, &plain, lt_act, NULL, 0, ws, &algos));
     CHECK(algos >= 1 && algos <= FUSE_LT_MAX_ALGOS, "cuBLASLt offers %d algorithms", algos);
     for (int k = 1; k < algos; k++) {
         fuse_choice lt;
@@ -315,8 +354,8 @@ static void run_linear_act(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const
 static void run_res_ln(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const dev_data *d,
                        stof_dtype dt, const float *ref_dev, void *y)
 {
-    fuse_choice ch[16];
-    int nch = choices_for(FUSE_TPL_GEMM_RES_LN, ch, 16);
+    fuse_choice ch[20];
+    int nch = residual_choices(FUSE_TPL_GEMM_RES_LN, s->inter, ch, 20);
     fuse_linear_args a = {0};
     a.dtype = dt;
     a.m = s->t;
@@ -341,16 +380,17 @@ static void run_res_ln(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const dev
                   stof_status_str(st));
             continue;
         }
-        expect_close(label, ch[i].path == FUSE_PATH_CUBLASLT ? FAM_LT_LN : FAM_RES_LN, st, y, dt,
-                     ref_dev, a.m * a.n, a.n);
+        if (!parts_fit(label, &ch[i], a.m, a.n, ws, st)) continue;
+        expect_close(label, residual_family(&ch[i], FAM_RES_LN, FAM_LT_LN), st, y, dt, ref_dev,
+                     a.m * a.n, a.n);
     }
 }
 
 static void run_chain(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const dev_data *d,
                       stof_dtype dt, bool with_ln, const float *ref_dev, void *y, void *inter_buf)
 {
-    fuse_choice ch[16];
-    int nch = choices_for(FUSE_TPL_FFN_CHAIN, ch, 16);
+    fuse_choice ch[20];
+    int nch = residual_choices(FUSE_TPL_FFN_CHAIN, s->inter, ch, 20);
     fuse_ffn_args a = {0};
     a.dtype = dt;
     a.m = s->t;
@@ -381,8 +421,12 @@ static void run_chain(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const dev_
                   stof_status_str(st));
             continue;
         }
-        expect_close(label, ch[i].path == FUSE_PATH_CUBLASLT ? FAM_LT_FFN : FAM_CHAIN, st, y, dt,
-                     ref_dev, a.m * a.hidden, a.hidden);
+        /* without a LayerNorm the down projection runs as one GEMM whatever the split */
+        if (with_ln && !parts_fit(label, &ch[i], a.m, a.hidden, ws, st)) continue;
+        expect_close(label,
+                     with_ln ? residual_family(&ch[i], FAM_CHAIN, FAM_LT_FFN)
+                             : (ch[i].path == FUSE_PATH_CUBLASLT ? FAM_LT_FFN : FAM_CHAIN),
+                     st, y, dt, ref_dev, a.m * a.hidden, a.hidden);
     }
 }
 
@@ -477,14 +521,14 @@ static void test_odd_shapes(stof_ctx *ctx, fuse_ws ws, test_rng *r)
             expect_close(label, linear_act_family(&ch[i]), fuse_linear_act(ctx, &ch[i], &a, ws), y,
                          dt, act_dev, m * n, n);
         }
-        nch = choices_for(FUSE_TPL_GEMM_RES_LN, ch, 16);
+        nch = residual_choices(FUSE_TPL_GEMM_RES_LN, k, ch, 16);
         for (int i = 0; i < nch; i++) {
             char name[96], label[200];
             choice_name(&ch[i], name, sizeof name);
             snprintf(label, sizeof label, "odd 77x200x72 res_ln %s [%s]", stof_dtype_name(dt),
                      name);
             fuse_test_poison(y, (size_t)m * n * 2);
-            expect_close(label, ch[i].path == FUSE_PATH_CUBLASLT ? FAM_LT_LN : FAM_RES_LN,
+            expect_close(label, residual_family(&ch[i], FAM_RES_LN, FAM_LT_LN),
                          fuse_linear_res_ln(ctx, &ch[i], &a, ws), y, dt, ln_dev, m * n, n);
         }
         /* no bias at all */
@@ -572,7 +616,7 @@ static void test_sm90_ragged(stof_ctx *ctx, test_rng *r)
                              k, fuse_act_name(act), no_bias ? " no-bias" : "",
                              stof_dtype_name(dtypes[di]), name);
                     fuse_test_poison(y, (size_t)m * n * 2);
-                    fuse_choice c = {FUSE_PATH_STOF, list[i < count ? i : 0], 0};
+                    fuse_choice c = {FUSE_PATH_STOF, list[i < count ? i : 0], 0, 0};
                     stof_status st = i < count ? fuse_linear_act(ctx, &c, &a, (fuse_ws){NULL, 0})
                                                : fuse_run_gemm_sm90(ctx, NULL, &a);
                     expect_close(label, FAM_SM90, st, y, dtypes[di], ref_dev, m * n, n);
@@ -613,10 +657,11 @@ static void test_in_place(stof_ctx *ctx, fuse_ws ws, test_rng *r)
         dev_make(&d, &s, dt);
         void *y = fuse_test_alloc((size_t)t * H * 2);
         void *inter_buf = fuse_test_alloc((size_t)t * I * 2);
-        fuse_choice ch[2] = {{FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0},
-                             {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0}};
-        for (int i = 0; i < 2; i++) {
-            const char *path = i ? "cublaslt" : "stof";
+        fuse_choice ch[3] = {{FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0},
+                             {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0},
+                             {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 4}};
+        for (int i = 0; i < 3; i++) {
+            const char *path = i == 2 ? "cublaslt k/4" : i ? "cublaslt" : "stof";
             fuse_test_copy(y, d.res, (size_t)t * H * 2);
             fuse_linear_args a = {0};
             a.dtype = dt;
@@ -633,8 +678,8 @@ static void test_in_place(stof_ctx *ctx, fuse_ws ws, test_rng *r)
             a.y = y;
             char label[160];
             snprintf(label, sizeof label, "in-place res_ln %s %s", stof_dtype_name(dt), path);
-            expect_close(label, i ? FAM_LT_LN : FAM_RES_LN, fuse_linear_res_ln(ctx, &ch[i], &a, ws),
-                         y, dt, ln_dev, t * H, H);
+            expect_close(label, residual_family(&ch[i], FAM_RES_LN, FAM_LT_LN),
+                         fuse_linear_res_ln(ctx, &ch[i], &a, ws), y, dt, ln_dev, t * H, H);
 
             fuse_test_copy(y, d.x, (size_t)t * H * 2);
             fuse_ffn_args f = {0};
@@ -655,8 +700,8 @@ static void test_in_place(stof_ctx *ctx, fuse_ws ws, test_rng *r)
             f.y = y;
             f.inter_buf = inter_buf;
             snprintf(label, sizeof label, "in-place ffn %s %s", stof_dtype_name(dt), path);
-            expect_close(label, i ? FAM_LT_FFN : FAM_CHAIN, fuse_ffn(ctx, &ch[i], &f, ws), y, dt,
-                         ffn_dev, t * H, H);
+            expect_close(label, residual_family(&ch[i], FAM_CHAIN, FAM_LT_FFN),
+                         fuse_ffn(ctx, &ch[i], &f, ws), y, dt, ffn_dev, t * H, H);
         }
         cudaFree(y);
         cudaFree(inter_buf);
@@ -727,7 +772,7 @@ static void test_cache_and_refusals(stof_ctx *ctx, fuse_ws ws)
 
     /* gemm_sm90 where it cannot run, or given to a segment it does not run:
      * an error before any launch */
-    fuse_choice hopper = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_SM90, NULL)[0], 0};
+    fuse_choice hopper = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_SM90, NULL)[0], 0, 0};
     if (!sm90_runs) {
         CHECK_STATUS(fuse_linear_act(ctx, &hopper, &a, ws), STOF_ERR_UNSUPPORTED);
         CHECK_STATUS(fuse_run_gemm_sm90(ctx, NULL, &a), STOF_ERR_UNSUPPORTED);
@@ -757,7 +802,7 @@ static void test_cache_and_refusals(stof_ctx *ctx, fuse_ws ws)
     f.w2 = w;
     f.act = FUSE_ACT_GELU;
     f.y = y;
-    fuse_choice stof_default = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0};
+    fuse_choice stof_default = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0};
     CHECK_STATUS(fuse_ffn(ctx, &stof_default, &f, ws), STOF_ERR_UNSUPPORTED);
     CHECK_STATUS(fuse_ffn(ctx, &hopper, &f, ws), STOF_ERR_INVALID_ARG);
     int count = 0;

@@ -164,6 +164,11 @@ typedef struct fuse_choice {
     fuse_path path;
     fuse_config config; /* FUSE_PATH_STOF: the kernel; tpl NONE: the rule-based default */
     int lt_algo;        /* FUSE_PATH_CUBLASLT: which of the heuristic's algorithms (0: its first) */
+    int lt_splits;      /* FUSE_PATH_CUBLASLT, residual + LayerNorm segments: 0 or 1 runs one
+                           GEMM with bias and residual in its epilogue; S >= 2 cuts K into S
+                           slices (fuse_lt_gemm_parts, fp32 partial sums in the front of the
+                           workspace, S m n 4 bytes) and the LayerNorm kernel adds them up
+                           with bias and residual (fuse_lt_split_rule) */
 } fuse_choice;
 
 /* QKV and FFN1: y = act(x w^T + b). ws feeds cuBLASLt (may be empty). Path
@@ -202,10 +207,33 @@ stof_status fuse_run_ffn_chain(stof_ctx *ctx, const fuse_config *c, const fuse_f
 stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *args, fuse_act act,
                          const void *residual, fuse_ws ws);
 /* How many algorithms cuBLASLt's heuristic offers for this GEMM (up to
- * FUSE_LT_MAX_ALGOS): the valid range of args->lt_algo. */
+ * FUSE_LT_MAX_ALGOS): the valid range of args->lt_algo. splits >= 2: for the
+ * K-split GEMM of fuse_lt_gemm_parts instead (act and residual unused). */
 #define FUSE_LT_MAX_ALGOS 8
 stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, fuse_act act,
-                               const void *residual, fuse_ws ws, int *count);
+                               const void *residual, int splits, fuse_ws ws, int *count);
+/*
+ * The K of x w^T cut into `splits` equal slices, run as one strided-batched
+ * cuBLASLt GEMM: parts + s m n holds x[:, s k/S ..] w[:, s k/S ..]^T in fp32 for
+ * slice s (args->bias and act are not applied; y is not written). k must be
+ * a multiple of 8 splits, splits in [1, FUSE_LT_MAX_SPLITS]; args->lt_algo
+ * indexes the heuristic's algorithms for this batched problem. parts must not
+ * overlap x, w or ws.
+ */
+#define FUSE_LT_MAX_SPLITS 8
+stof_status fuse_lt_gemm_parts(stof_ctx *ctx, const fuse_linear_args *args, int splits,
+                               float *parts, fuse_ws ws);
+/*
+ * The rule for fuse_choice.lt_splits of a residual + LayerNorm segment of m x n
+ * outputs and k inputs with ws_bytes of workspace: 4 slices (fewer where k
+ * gives no slice of 192 or more, a multiple of 8) up to 256 rows, 2 up to 512
+ * rows when k >= 2n, else 1 -- and 1 wherever the partial sums would take
+ * more than half of ws_bytes. A few hundred rows leave a GEMM of BERT's shapes
+ * with a CTA on a fraction of the SMs, each streaming its weights through a
+ * long K loop; K slices give more CTAs shorter loops, for fp32 partial sums
+ * that the LayerNorm kernel reads anyway.
+ */
+int fuse_lt_split_rule(int64_t m, int n, int k, size_t ws_bytes);
 /* Number of cached cuBLASLt plans (for tests). */
 int fuse_lt_cached_plans(const stof_ctx *ctx);
 

@@ -30,6 +30,11 @@ bool fuse_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes);
 /* Shared memory a block may use on the ctx's device. */
 size_t fuse_smem_limit(const stof_ctx *ctx);
 
+/* ---- the K-split cuBLASLt path: its fp32 partial sums take the front of the
+ * workspace (fuse_lt_parts_bytes, a multiple of 256), cuBLASLt the rest */
+size_t fuse_lt_parts_bytes(int splits, int64_t m, int n);
+fuse_ws fuse_lt_parts_rest(fuse_ws ws, int splits, int64_t m, int n);
+
 /* ---- launchers (the .cu files of src/fuse) */
 
 stof_status fuse_launch_gemm_bias_act(stof_ctx *ctx, const fuse_config *c,
@@ -45,6 +50,12 @@ stof_status fuse_launch_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int
 stof_status fuse_launch_layernorm(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int cols,
                                   const void *x, const void *bias, const void *residual,
                                   const void *gamma, const void *beta, float eps, void *y);
+/* The same over the sum of count fp32 planes of rows x cols (a split GEMM's
+ * partial sums, plane p at parts + p * rows * cols). */
+stof_status fuse_launch_layernorm_parts(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int cols,
+                                        const float *parts, int count, const void *bias,
+                                        const void *residual, const void *gamma, const void *beta,
+                                        float eps, void *y);
 stof_status fuse_launch_embeddings(stof_ctx *ctx, stof_dtype dtype, const fuse_embed_tables *t,
                                    const int32_t *ids, const int32_t *positions,
                                    const int32_t *types, int64_t tokens, void *out);

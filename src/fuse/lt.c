@@ -28,6 +28,7 @@ typedef struct lt_key {
     uint32_t align; /* smallest alignment of the operands, capped at 256 */
     size_t ws_bytes;
     int algo_index; /* which of the heuristic's results */
+    int splits;     /* 0: y in the run dtype; S > 0: S fp32 planes of K slices (lt_gemm_parts) */
 } lt_key;
 
 typedef struct lt_plan {
@@ -116,7 +117,7 @@ static bool key_equal(const lt_key *a, const lt_key *b)
 {
     return a->m == b->m && a->n == b->n && a->k == b->k && a->dtype == b->dtype &&
            a->epilogue == b->epilogue && a->has_c == b->has_c && a->align == b->align &&
-           a->ws_bytes == b->ws_bytes && a->algo_index == b->algo_index;
+           a->ws_bytes == b->ws_bytes && a->algo_index == b->algo_index && a->splits == b->splits;
 }
 
 static stof_status plan_build(lt_state *s, lt_plan *p, const lt_key *key, const void *bias)
@@ -134,9 +135,28 @@ static stof_status plan_build(lt_state *s, lt_plan *p, const lt_key *key, const 
     if (bias)
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                               sizeof bias));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->a, t, (uint64_t)key->k, (uint64_t)key->n, key->k));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->b, t, (uint64_t)key->k, (uint64_t)key->m, key->k));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->cd, t, (uint64_t)key->n, (uint64_t)key->m, key->n));
+    if (key->splits > 0) {
+        /* batch s: the K slice [s k/S, (s+1) k/S) of w and x (same leading
+         * dimension k, k/S elements further on), fp32 plane s of m x n */
+        int32_t count = key->splits;
+        int64_t ks = key->k / key->splits, plane = key->m * key->n;
+        LT_TRY(cublasLtMatrixLayoutCreate(&p->a, t, (uint64_t)ks, (uint64_t)key->n, key->k));
+        LT_TRY(cublasLtMatrixLayoutCreate(&p->b, t, (uint64_t)ks, (uint64_t)key->m, key->k));
+        LT_TRY(cublasLtMatrixLayoutCreate(&p->cd, CUDA_R_32F, (uint64_t)key->n, (uint64_t)key->m,
+                                          key->n));
+        cublasLtMatrixLayout_t lay[3] = {p->a, p->b, p->cd};
+        int64_t stride[3] = {ks, ks, plane};
+        for (int i = 0; i < 3; i++) {
+            LT_TRY(cublasLtMatrixLayoutSetAttribute(lay[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                    &count, sizeof count));
+            LT_TRY(cublasLtMatrixLayoutSetAttribute(
+                lay[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride[i], sizeof stride[i]));
+        }
+    } else {
+        LT_TRY(cublasLtMatrixLayoutCreate(&p->a, t, (uint64_t)key->k, (uint64_t)key->n, key->k));
+        LT_TRY(cublasLtMatrixLayoutCreate(&p->b, t, (uint64_t)key->k, (uint64_t)key->m, key->k));
+        LT_TRY(cublasLtMatrixLayoutCreate(&p->cd, t, (uint64_t)key->n, (uint64_t)key->m, key->n));
+    }
 
     cublasLtMatmulPreference_t pref = NULL;
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
@@ -157,10 +177,10 @@ static stof_status plan_build(lt_state *s, lt_plan *p, const lt_key *key, const 
     cublasLtMatmulPreferenceDestroy(pref);
     STOF_TRY(lt_status(st, "cublasLtMatmulAlgoGetHeuristic"));
     STOF_REQUIRE(found > 0, STOF_ERR_UNSUPPORTED,
-                 "cuBLASLt has no algorithm for m=%lld n=%d k=%d %s epilogue %d with %zu bytes "
-                 "of workspace",
-                 (long long)key->m, key->n, key->k, stof_dtype_name((stof_dtype)key->dtype),
-                 key->epilogue, key->ws_bytes);
+                 "cuBLASLt has no algorithm for m=%lld n=%d k=%d (%d K slices) %s epilogue %d "
+                 "with %zu bytes of workspace",
+                 (long long)key->m, key->n, key->k, key->splits,
+                 stof_dtype_name((stof_dtype)key->dtype), key->epilogue, key->ws_bytes);
     p->offered = found;
     STOF_REQUIRE(key->algo_index < found, STOF_ERR_UNSUPPORTED,
                  "cuBLASLt offers %d algorithms for m=%lld n=%d k=%d; algorithm %d was asked for",
@@ -204,7 +224,8 @@ static int lt_epilogue(fuse_act act, bool bias)
 }
 
 /* Everything the heuristic looks at, for one call. */
-static lt_key make_key(const fuse_linear_args *a, fuse_act act, const void *residual, fuse_ws ws)
+static lt_key make_key(const fuse_linear_args *a, fuse_act act, const void *residual, fuse_ws ws,
+                       int splits)
 {
     lt_key key;
     memset(&key, 0, sizeof key);
@@ -222,16 +243,23 @@ static lt_key make_key(const fuse_linear_args *a, fuse_act act, const void *resi
         uint32_t pa = ptr_align(ptrs[i]);
         if (pa < al) al = pa;
     }
+    if (splits > 0) {
+        /* every slice starts k/S elements after the last: its alignment too */
+        uint32_t sa = ptr_align((const void *)(uintptr_t)((size_t)(a->k / splits) * 2));
+        if (sa < al) al = sa;
+        key.splits = splits;
+    }
     key.align = al;
     key.ws_bytes =
         ws.ptr ? (ws.bytes < FUSE_LT_WORKSPACE_BYTES ? ws.bytes : FUSE_LT_WORKSPACE_BYTES) : 0;
     return key;
 }
 
-stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, fuse_act act,
-                         const void *residual, fuse_ws ws)
+/* What both GEMM entries check: ctx, dtype, shape, x, w, the algorithm
+ * index and the workspace's alignment. */
+static stof_status check_operands(stof_ctx *ctx, const fuse_linear_args *a, fuse_ws ws,
+                                  const char *what)
 {
-    const char *what = "fuse_lt_gemm";
     STOF_TRY(fuse_check_ctx(ctx, what));
     STOF_REQUIRE(a, STOF_ERR_INVALID_ARG, "%s: args is NULL", what);
     STOF_TRY(fuse_check_dtype(a->dtype, what));
@@ -240,12 +268,22 @@ stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, fuse_act act,
     STOF_TRY(fuse_check_width(a->k, INT32_MAX, "k", what));
     STOF_TRY(fuse_check_ptr(a->x, "x", what));
     STOF_TRY(fuse_check_ptr(a->w, "w", what));
+    STOF_REQUIRE(a->lt_algo >= 0 && a->lt_algo < FUSE_LT_MAX_ALGOS, STOF_ERR_INVALID_ARG,
+                 "%s: lt_algo %d is outside [0, %d)", what, a->lt_algo, FUSE_LT_MAX_ALGOS);
+    STOF_REQUIRE((uintptr_t)ws.ptr % 256 == 0, STOF_ERR_INVALID_ARG,
+                 "%s: workspace %p is not 256-byte aligned", what, ws.ptr);
+    return STOF_OK;
+}
+
+stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, fuse_act act,
+                         const void *residual, fuse_ws ws)
+{
+    const char *what = "fuse_lt_gemm";
+    STOF_TRY(check_operands(ctx, a, ws, what));
     STOF_TRY(fuse_check_ptr(a->y, "y", what));
     STOF_TRY(fuse_check_opt_ptr(a->bias, "bias", what));
     STOF_TRY(fuse_check_opt_ptr(residual, "residual", what));
     STOF_TRY(fuse_check_act(act, what));
-    STOF_REQUIRE((uintptr_t)ws.ptr % 256 == 0, STOF_ERR_INVALID_ARG,
-                 "%s: workspace %p is not 256-byte aligned", what, ws.ptr);
     STOF_REQUIRE(act != FUSE_ACT_GELU, STOF_ERR_UNSUPPORTED,
                  "%s: cuBLASLt's GELU epilogue is the tanh approximation; exact GELU (act %s) "
                  "runs as epilogue none + fuse_bias_act",
@@ -258,11 +296,9 @@ stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, fuse_act act,
                      !fuse_overlap(a->w, (size_t)a->n * a->k * es, a->y, (size_t)a->m * a->n * es),
                  STOF_ERR_INVALID_ARG, "%s: y overlaps x or w", what);
 
-    STOF_REQUIRE(a->lt_algo >= 0 && a->lt_algo < FUSE_LT_MAX_ALGOS, STOF_ERR_INVALID_ARG,
-                 "%s: lt_algo %d is outside [0, %d)", what, a->lt_algo, FUSE_LT_MAX_ALGOS);
     lt_state *s = NULL;
     STOF_TRY(lt_state_get(ctx, &s));
-    lt_key key = make_key(a, act, residual, ws);
+    lt_key key = make_key(a, act, residual, ws, 0);
     lt_plan *p = NULL;
     STOF_TRY(plan_get(s, &key, a->bias, &p));
     if (a->bias)
@@ -276,7 +312,7 @@ stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, fuse_act act,
 }
 
 stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, fuse_act act,
-                               const void *residual, fuse_ws ws, int *count)
+                               const void *residual, int splits, fuse_ws ws, int *count)
 {
     STOF_REQUIRE(args && count, STOF_ERR_INVALID_ARG, "fuse_lt_algo_count: args or count is NULL");
     STOF_TRY(fuse_check_ctx(ctx, "fuse_lt_algo_count"));
@@ -286,12 +322,63 @@ stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, fuse
     /* Asking for the last index makes the heuristic return all it has. */
     fuse_linear_args last = *args;
     last.lt_algo = FUSE_LT_MAX_ALGOS - 1;
-    lt_key key = make_key(&last, act, residual, ws);
+    if (splits >= 2) { /* the batched GEMM of fuse_lt_gemm_parts; its planes go in ws */
+        STOF_REQUIRE(splits <= FUSE_LT_MAX_SPLITS && args->k % (8 * splits) == 0,
+                     STOF_ERR_INVALID_ARG, "fuse_lt_algo_count: k = %d in %d slices", args->k,
+                     splits);
+        last.bias = NULL;
+        act = FUSE_ACT_NONE;
+        residual = NULL;
+        ws = fuse_lt_parts_rest(ws, splits, args->m, args->n);
+    }
+    lt_key key = make_key(&last, act, residual, ws, splits >= 2 ? splits : 0);
     lt_plan probe;
     stof_status st = plan_build(s, &probe, &key, args->bias);
     *count = probe.offered;
     plan_release(&probe);
     if (st == STOF_ERR_UNSUPPORTED) stof_clear_error(); /* fewer than asked for: not an error */
     else STOF_TRY(st);
+    return STOF_OK;
+}
+
+size_t fuse_lt_parts_bytes(int splits, int64_t m, int n)
+{
+    return ((size_t)splits * (size_t)m * (size_t)n * sizeof(float) + 255) / 256 * 256;
+}
+
+fuse_ws fuse_lt_parts_rest(fuse_ws ws, int splits, int64_t m, int n)
+{
+    size_t bytes = fuse_lt_parts_bytes(splits, m, n);
+    fuse_ws rest = {NULL, 0};
+    if (ws.ptr && ws.bytes > bytes) rest = (fuse_ws){(char *)ws.ptr + bytes, ws.bytes - bytes};
+    return rest;
+}
+
+stof_status fuse_lt_gemm_parts(stof_ctx *ctx, const fuse_linear_args *a, int splits, float *parts,
+                               fuse_ws ws)
+{
+    const char *what = "fuse_lt_gemm_parts";
+    STOF_TRY(check_operands(ctx, a, ws, what));
+    STOF_TRY(fuse_check_ptr(parts, "parts", what));
+    STOF_REQUIRE(splits >= 1 && splits <= FUSE_LT_MAX_SPLITS && a->k % (8 * splits) == 0,
+                 STOF_ERR_INVALID_ARG,
+                 "%s: %d K slices: k = %d must split into 1 to %d slices of a multiple of 8", what,
+                 splits, a->k, FUSE_LT_MAX_SPLITS);
+    size_t bytes = (size_t)splits * (size_t)a->m * (size_t)a->n * sizeof(float);
+    STOF_REQUIRE(!fuse_overlap(a->x, (size_t)a->m * a->k * 2, parts, bytes) &&
+                     !fuse_overlap(a->w, (size_t)a->n * a->k * 2, parts, bytes) &&
+                     !fuse_overlap(ws.ptr, ws.bytes, parts, bytes),
+                 STOF_ERR_INVALID_ARG, "%s: parts overlaps x, w or the workspace", what);
+    lt_state *s = NULL;
+    STOF_TRY(lt_state_get(ctx, &s));
+    fuse_linear_args plain = *a;
+    plain.bias = NULL;
+    plain.y = parts; /* for the alignment the key records */
+    lt_key key = make_key(&plain, FUSE_ACT_NONE, NULL, ws, splits);
+    lt_plan *p = NULL;
+    STOF_TRY(plan_get(s, &key, NULL, &p));
+    const float alpha = 1.f, beta = 0.f;
+    LT_TRY(cublasLtMatmul(s->handle, p->op, &alpha, a->w, p->a, a->x, p->b, &beta, parts, p->cd,
+                          parts, p->cd, &p->algo, ws.ptr, key.ws_bytes, (cudaStream_t)ctx->stream));
     return STOF_OK;
 }

@@ -192,11 +192,58 @@ extern "C" stof_status fuse_launch_bias_act(stof_ctx *ctx, stof_dtype dtype, int
 
 /* ---------------------------------------------------------------- (bias +) residual + LayerNorm */
 
-template <typename T, int TPR, int VPL>
-__global__ void layernorm_kernel(const T *x, const T *__restrict__ bias, const T *residual,
-                                 const T *__restrict__ gamma, const T *__restrict__ beta, T *y,
-                                 int64_t rows, int cols, float eps)
+/* Eight consecutive values of X as loaded (16-bit types: one 16-byte word;
+ * fp32: two), converted only when added, so that a thread's loads can all be
+ * in flight while few registers hold them. */
+template <typename X> struct raw8 {
+    uint4 u;
+};
+template <> struct raw8<float> {
+    float4 a, b;
+};
+
+template <typename X> static __device__ __forceinline__ raw8<X> raw8_load(const X *p)
 {
+    raw8<X> r;
+    r.u = *reinterpret_cast<const uint4 *>(p);
+    return r;
+}
+template <> __device__ __forceinline__ raw8<float> raw8_load<float>(const float *p)
+{
+    raw8<float> r;
+    r.a = reinterpret_cast<const float4 *>(p)[0];
+    r.b = reinterpret_cast<const float4 *>(p)[1];
+    return r;
+}
+
+template <typename X> static __device__ __forceinline__ void raw8_add(float (&v)[8], raw8<X> r)
+{
+    float f[8];
+    unpack8<X>(f, r.u);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        v[j] += f[j];
+}
+template <> __device__ __forceinline__ void raw8_add<float>(float (&v)[8], raw8<float> r)
+{
+    v[0] += r.a.x, v[1] += r.a.y, v[2] += r.a.z, v[3] += r.a.w;
+    v[4] += r.b.x, v[5] += r.b.y, v[6] += r.b.z, v[7] += r.b.w;
+}
+
+/*
+ * y = LN(sum of parts planes of x + bias + residual). X is T (one plane: a
+ * GEMM's output) or float (the fp32 partial sums of a GEMM whose K was split,
+ * plane elements apart). Every load of a row is issued before the first sum
+ * that needs it (up to four planes at once, one more round for each further
+ * four): the planes come from L2, and a loop of dependent loads, one plane
+ * per trip, cost more than a microsecond per LayerNorm of a hundred rows.
+ */
+template <typename T, typename X, int TPR, int VPL>
+__global__ void layernorm_kernel(const X *x, int parts, int64_t plane, const T *__restrict__ bias,
+                                 const T *residual, const T *__restrict__ gamma,
+                                 const T *__restrict__ beta, T *y, int64_t rows, int cols, float eps)
+{
+    constexpr int Q = sizeof(X) == 4 ? 4 : 1; /* planes loaded together */
     __shared__ float red[TPR / 32];
     const int64_t row = (int64_t)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
     const int lane = threadIdx.x % TPR;
@@ -205,7 +252,7 @@ __global__ void layernorm_kernel(const T *x, const T *__restrict__ bias, const T
     stof_grid_wait(); /* launched with PDL after the GEMM that wrote x */
     if (row >= rows) return; /* a whole row group leaves together */
     const int nvec = cols / 8;
-    const T *xr = x + row * cols;
+    const X *xr = x + row * cols;
     const T *rr = residual ? residual + row * cols : NULL;
     float v[VPL][8];
 #pragma unroll
@@ -214,54 +261,73 @@ __global__ void layernorm_kernel(const T *x, const T *__restrict__ bias, const T
 #pragma unroll
         for (int j = 0; j < 8; j++)
             v[i][j] = 0.f;
-        if (c < nvec) {
-            load8(v[i], xr + c * 8);
-            float o[8];
-            if (bias) {
-                load8(o, bias + c * 8);
+        if (c < nvec && Q == 1) { /* one plane of T */
+            raw8_add(v[i], raw8_load(xr + c * 8));
+            if (bias) raw8_add(v[i], raw8_load(bias + c * 8));
+            if (rr) raw8_add(v[i], raw8_load(rr + c * 8));
+        } else if (c < nvec) {
+            raw8<X> part[Q];
+            raw8<T> b, r;
 #pragma unroll
-                for (int j = 0; j < 8; j++)
-                    v[i][j] += o[j];
-            }
-            if (rr) {
-                load8(o, rr + c * 8);
+            for (int q = 0; q < Q; q++)
+                if (q < parts) part[q] = raw8_load(xr + q * plane + c * 8);
+            if (bias) b = raw8_load(bias + c * 8);
+            if (rr) r = raw8_load(rr + c * 8);
 #pragma unroll
-                for (int j = 0; j < 8; j++)
-                    v[i][j] += o[j];
-            }
+            for (int q = 0; q < Q; q++)
+                if (q < parts) raw8_add(v[i], part[q]);
+            if (bias) raw8_add(v[i], b);
+            if (rr) raw8_add(v[i], r);
+        }
+    }
+    for (int q0 = Q; Q > 1 && q0 < parts; q0 += Q) { /* more than Q planes */
+#pragma unroll
+        for (int i = 0; i < VPL; i++) {
+            int c = lane + i * TPR;
+            if (c >= nvec) continue;
+            raw8<X> part[Q];
+#pragma unroll
+            for (int q = 0; q < Q; q++)
+                if (q0 + q < parts) part[q] = raw8_load(xr + (q0 + q) * plane + c * 8);
+#pragma unroll
+            for (int q = 0; q < Q; q++)
+                if (q0 + q < parts) raw8_add(v[i], part[q]);
         }
     }
     /* every read of this row is done: y may be x or residual */
     layernorm_store<T, TPR, VPL>(v, lane, cols, p, eps, y + row * cols, red);
 }
 
-template <typename T, int TPR, int VPL>
+template <typename T, typename X, int TPR, int VPL>
 static stof_status launch_layernorm_tv(stof_ctx *ctx, int64_t rows, int cols, const void *x,
-                                       const void *bias, const void *residual, const void *gamma,
-                                       const void *beta, float eps, void *y)
+                                       int parts, const void *bias, const void *residual,
+                                       const void *gamma, const void *beta, float eps, void *y)
 {
     const int threads = TPR == 32 ? 128 : TPR;
     const int rows_per_block = threads / TPR;
-    const T *xt = (const T *)x, *bt = (const T *)bias, *rt = (const T *)residual,
-            *gt = (const T *)gamma, *et = (const T *)beta;
+    const X *xt = (const X *)x;
+    const T *bt = (const T *)bias, *rt = (const T *)residual, *gt = (const T *)gamma,
+            *et = (const T *)beta;
     T *yt = (T *)y;
-    void *args[] = {&xt, &bt, &rt, &gt, &et, &yt, &rows, &cols, &eps};
-    STOF_CUDA_TRY(stof_launch_pdl(ctx->cc_major >= 9, (const void *)layernorm_kernel<T, TPR, VPL>,
+    int64_t plane = rows * cols;
+    void *args[] = {&xt, &parts, &plane, &bt, &rt, &gt, &et, &yt, &rows, &cols, &eps};
+    STOF_CUDA_TRY(stof_launch_pdl(ctx->cc_major >= 9,
+                                  (const void *)layernorm_kernel<T, X, TPR, VPL>,
                                   dim3((unsigned)stof_cdiv(rows, rows_per_block)), dim3(threads),
                                   args, 0, (cudaStream_t)ctx->stream));
     return STOF_CUDA(cudaGetLastError());
 }
 
-template <typename T>
+template <typename T, typename X>
 static stof_status launch_layernorm_t(stof_ctx *ctx, int64_t rows, int cols, const void *x,
-                                      const void *bias, const void *residual, const void *gamma,
-                                      const void *beta, float eps, void *y)
+                                      int parts, const void *bias, const void *residual,
+                                      const void *gamma, const void *beta, float eps, void *y)
 {
     int nvec = cols / 8;
 #define LN_CASE(tpr, vpl)                                                                          \
     if (nvec <= (tpr) * (vpl))                                                                     \
-        return launch_layernorm_tv<T, tpr, vpl>(ctx, rows, cols, x, bias, residual, gamma, beta,   \
-                                                eps, y);
+        return launch_layernorm_tv<T, X, tpr, vpl>(ctx, rows, cols, x, parts, bias, residual,      \
+                                                   gamma, beta, eps, y);
     LN_CASE(32, 1)
     LN_CASE(32, 2) LN_CASE(32, 3) LN_CASE(32, 4) LN_CASE(256, 1) LN_CASE(256, 2) LN_CASE(256, 3)
         LN_CASE(256, 4)
@@ -275,9 +341,23 @@ extern "C" stof_status fuse_launch_layernorm(stof_ctx *ctx, stof_dtype dtype, in
                                              const void *beta, float eps, void *y)
 {
     if (dtype == STOF_BF16)
-        return launch_layernorm_t<__nv_bfloat16>(ctx, rows, cols, x, bias, residual, gamma, beta,
-                                                 eps, y);
-    return launch_layernorm_t<__half>(ctx, rows, cols, x, bias, residual, gamma, beta, eps, y);
+        return launch_layernorm_t<__nv_bfloat16, __nv_bfloat16>(ctx, rows, cols, x, 1, bias,
+                                                                residual, gamma, beta, eps, y);
+    return launch_layernorm_t<__half, __half>(ctx, rows, cols, x, 1, bias, residual, gamma, beta,
+                                              eps, y);
+}
+
+extern "C" stof_status fuse_launch_layernorm_parts(stof_ctx *ctx, stof_dtype dtype, int64_t rows,
+                                                   int cols, const float *parts, int count,
+                                                   const void *bias, const void *residual,
+                                                   const void *gamma, const void *beta, float eps,
+                                                   void *y)
+{
+    if (dtype == STOF_BF16)
+        return launch_layernorm_t<__nv_bfloat16, float>(ctx, rows, cols, parts, count, bias,
+                                                        residual, gamma, beta, eps, y);
+    return launch_layernorm_t<__half, float>(ctx, rows, cols, parts, count, bias, residual, gamma,
+                                             beta, eps, y);
 }
 
 /* ---------------------------------------------------------------- embeddings */

@@ -11,7 +11,9 @@
  * The cuBLASLt paths: linear + act uses the bias / ReLU / tanh-GELU
  * epilogues, and for exact GELU a plain GEMM followed by fuse_bias_act;
  * linear + residual + LayerNorm adds bias and residual in the GEMM epilogue
- * (C = residual, beta = 1) and normalises in place afterwards.
+ * (C = residual, beta = 1) and normalises in place afterwards, or, with K
+ * split (fuse_choice.lt_splits), writes fp32 partial sums into the front of
+ * the workspace for the LayerNorm kernel to add up with bias and residual.
  */
 #include "fuse/internal.h"
 
@@ -160,6 +162,10 @@ static stof_status check_path(const fuse_choice *choice, const char *what)
     STOF_REQUIRE(choice, STOF_ERR_INVALID_ARG, "%s: choice is NULL", what);
     STOF_REQUIRE(choice->path == FUSE_PATH_CUBLASLT || choice->path == FUSE_PATH_STOF,
                  STOF_ERR_INVALID_ARG, "%s: unknown path %d", what, (int)choice->path);
+    STOF_REQUIRE(choice->path != FUSE_PATH_CUBLASLT ||
+                     (choice->lt_splits >= 0 && choice->lt_splits <= FUSE_LT_MAX_SPLITS),
+                 STOF_ERR_INVALID_ARG, "%s: lt_splits %d is outside [0, %d]", what,
+                 choice->lt_splits, FUSE_LT_MAX_SPLITS);
     return STOF_OK;
 }
 
@@ -174,10 +180,36 @@ static stof_status lt_linear_act(stof_ctx *ctx, const fuse_linear_args *args, fu
                          args->y);
 }
 
-/* cuBLASLt GEMM with bias and residual in its epilogue, then LayerNorm in place. */
-static stof_status lt_linear_res_ln(stof_ctx *ctx, const fuse_linear_args *args,
-                                    const void *residual, const void *gamma, fuse_ws ws)
+int fuse_lt_split_rule(int64_t m, int n, int k, size_t ws_bytes)
 {
+    int s = m <= 256 ? 4 : (m <= 512 && k >= 2 * n) ? 2 : 1;
+    while (s > 1 && (k % (8 * s) != 0 || k / s < 192))
+        s--;
+    while (s > 1 && (double)s * (double)m * n * sizeof(float) > (double)ws_bytes / 2)
+        s--;
+    return s;
+}
+
+/* cuBLASLt GEMM with bias and residual in its epilogue, then LayerNorm in
+ * place; with splits >= 2 and a LayerNorm, the K-split GEMM into partial sums
+ * at the front of ws, which the LayerNorm adds up with bias and residual. */
+static stof_status lt_linear_res_ln(stof_ctx *ctx, const fuse_linear_args *args,
+                                    const void *residual, const void *gamma, int splits, fuse_ws ws,
+                                    const char *what)
+{
+    if (splits >= 2 && gamma) {
+        size_t bytes = fuse_lt_parts_bytes(splits, args->m, args->n);
+        STOF_REQUIRE(ws.ptr && ws.bytes >= bytes, STOF_ERR_INVALID_ARG,
+                     "%s: %d K slices of %lld x %d need %zu bytes of workspace for their partial "
+                     "sums; %zu were lent",
+                     what, splits, (long long)args->m, args->n, bytes, ws.bytes);
+        float *parts = ws.ptr;
+        STOF_TRY(fuse_lt_gemm_parts(ctx, args, splits, parts,
+                                    fuse_lt_parts_rest(ws, splits, args->m, args->n)));
+        return fuse_launch_layernorm_parts(ctx, args->dtype, args->m, args->n, parts, splits,
+                                           args->bias, residual, args->gamma, args->beta, args->eps,
+                                           args->y);
+    }
     STOF_TRY(fuse_lt_gemm(ctx, args, FUSE_ACT_NONE, residual, ws));
     if (!gamma) return STOF_OK;
     return fuse_add_layernorm(ctx, args->dtype, args->m, args->n, args->y, NULL, args->gamma,
@@ -209,7 +241,7 @@ stof_status fuse_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
     STOF_TRY(check_linear(ctx, args, true, what));
     fuse_linear_args a = *args;
     a.lt_algo = choice->lt_algo;
-    return lt_linear_res_ln(ctx, &a, args->residual, args->gamma, ws);
+    return lt_linear_res_ln(ctx, &a, args->residual, args->gamma, choice->lt_splits, ws, what);
 }
 
 stof_status fuse_ffn(stof_ctx *ctx, const fuse_choice *choice, const fuse_ffn_args *args,
@@ -251,5 +283,5 @@ stof_status fuse_ffn(stof_ctx *ctx, const fuse_choice *choice, const fuse_ffn_ar
     down.beta = args->beta;
     down.eps = args->eps;
     down.y = args->y;
-    return lt_linear_res_ln(ctx, &down, args->residual, args->gamma, ws);
+    return lt_linear_res_ln(ctx, &down, args->residual, args->gamma, choice->lt_splits, ws, what);
 }
