@@ -333,7 +333,7 @@ stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, fuse
     }
     lt_key key = make_key(&last, act, residual, ws, splits >= 2 ? splits : 0);
     lt_plan probe;
-    stof_status st = plan_build(s, &probe, &key, args->bias);
+    stof_status st = plan_build(s, &probe, &key, last.bias);
     *count = probe.offered;
     plan_release(&probe);
     if (st == STOF_ERR_UNSUPPORTED) stof_clear_error(); /* fewer than asked for: not an error */
