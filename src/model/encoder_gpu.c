@@ -23,7 +23,7 @@
  * to 4.8 us, and the out-projection from 4.3 to 3.2 us; stof run went from
  * 0.439 to 0.414 ms, BERT-large from 0.930 to 0.884 ms (slices of 1, 2 and
  * 4 for each segment measured at 100 and about 400 tokens; the rule picks
- * the fastest or one within 1%). The stof templates
+ * the fastest or one within 1.1%). The stof templates
  * whose CTAs own whole rows (GEMM + residual + LayerNorm, the FFN chain) read
  * every weight once per 16-32 rows: on an H200, BERT-base at 6K tokens took
  * 18 ms per forward with them against 4.3 ms for torch.compile. Which segment
