@@ -669,15 +669,44 @@ static layer_plan plan_rules(void)
     return p;
 }
 
+/* The linear layer of GEMM segment seg (tune_segment) of layer w on T rows:
+ * what the layers run, and what the tuner asks cuBLASLt about. */
+static fuse_linear_args segment_args(const stof_model *m, const gpu_layer *w, int seg, int64_t T)
+{
+    const enc_gpu *g = m->gpu;
+    const bert_config *c = &m->w.config;
+    int H = c->hidden_size, I = c->intermediate_size;
+    fuse_linear_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = g->dtype;
+    a.m = T;
+    a.act = FUSE_ACT_NONE;
+    switch (seg) {
+    case TUNE_SEG_QKV:
+        a.n = 3 * H, a.k = H, a.x = g->x, a.w = w->qkv_w, a.bias = w->qkv_b, a.y = g->qkv;
+        break;
+    case TUNE_SEG_OUT:
+        a.n = H, a.k = H, a.x = g->attn, a.w = w->o_w, a.bias = w->o_b, a.y = g->x;
+        a.residual = g->x, a.gamma = w->ln1_g, a.beta = w->ln1_b, a.eps = c->layer_norm_eps;
+        break;
+    case TUNE_SEG_FFN1:
+        a.n = I, a.k = H, a.x = g->x, a.w = w->i_w, a.bias = w->i_b, a.y = g->inter;
+        a.act = (fuse_act)c->hidden_act;
+        break;
+    default: /* TUNE_SEG_FFN2 */
+        a.n = H, a.k = I, a.x = g->inter, a.w = w->f_w, a.bias = w->f_b, a.y = g->x;
+        a.residual = g->x, a.gamma = w->ln2_g, a.beta = w->ln2_b, a.eps = c->layer_norm_eps;
+        break;
+    }
+    return a;
+}
+
 /* K slices of segment seg's GEMM on the cuBLASLt path (fuse_lt_split_rule):
  * the residual + LayerNorm segments only. */
 static int segment_splits(const stof_model *m, int seg, int64_t rows)
 {
-    const bert_config *c = &m->w.config;
-    int H = c->hidden_size, I = c->intermediate_size;
-    if (seg == TUNE_SEG_OUT) return fuse_lt_split_rule(rows, H, H, m->gpu->lt.bytes);
-    if (seg == TUNE_SEG_FFN2) return fuse_lt_split_rule(rows, H, I, m->gpu->lt.bytes);
-    return 1;
+    fuse_linear_args a = segment_args(m, &m->gpu->layers[0], seg, rows);
+    return a.gamma ? fuse_lt_split_rule(rows, a.n, a.k, m->gpu->lt.bytes) : 1;
 }
 
 /* The split rule for the residual + LayerNorm segments that run on cuBLASLt,
@@ -917,38 +946,6 @@ static stof_status attention(stof_model *m, const enc_request *r, const dev_inpu
     stof_attn_params ap = stof_attn_default_params();
     const stof_attn_choice *choice = p->attn.kernel == STOF_ATTN_AUTO ? NULL : &p->attn;
     return attn_attention_with(m->ctx, &ap, choice, &q, &k, &v, mask, &cu, &cu, &out);
-}
-
-/* The linear layer of GEMM segment seg (tune_segment) of layer w on T rows:
- * what the layers run, and what the tuner asks cuBLASLt about. */
-static fuse_linear_args segment_args(const stof_model *m, const gpu_layer *w, int seg, int64_t T)
-{
-    const enc_gpu *g = m->gpu;
-    const bert_config *c = &m->w.config;
-    int H = c->hidden_size, I = c->intermediate_size;
-    fuse_linear_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = g->dtype;
-    a.m = T;
-    a.act = FUSE_ACT_NONE;
-    switch (seg) {
-    case TUNE_SEG_QKV:
-        a.n = 3 * H, a.k = H, a.x = g->x, a.w = w->qkv_w, a.bias = w->qkv_b, a.y = g->qkv;
-        break;
-    case TUNE_SEG_OUT:
-        a.n = H, a.k = H, a.x = g->attn, a.w = w->o_w, a.bias = w->o_b, a.y = g->x;
-        a.residual = g->x, a.gamma = w->ln1_g, a.beta = w->ln1_b, a.eps = c->layer_norm_eps;
-        break;
-    case TUNE_SEG_FFN1:
-        a.n = I, a.k = H, a.x = g->x, a.w = w->i_w, a.bias = w->i_b, a.y = g->inter;
-        a.act = (fuse_act)c->hidden_act;
-        break;
-    default: /* TUNE_SEG_FFN2 */
-        a.n = H, a.k = I, a.x = g->inter, a.w = w->f_w, a.bias = w->f_b, a.y = g->x;
-        a.residual = g->x, a.gamma = w->ln2_g, a.beta = w->ln2_b, a.eps = c->layer_norm_eps;
-        break;
-    }
-    return a;
 }
 
 static stof_status ffn(stof_model *m, const gpu_layer *w, const layer_plan *p, int64_t T)
