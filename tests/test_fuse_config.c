@@ -254,8 +254,15 @@ static void test_default_rule(void)
     CHECK(d.tpl == FUSE_TPL_GEMM_SM90 && d.block_m == 128 && d.block_n == 256,
           "big sm90 default %s %dx%d", fuse_tpl_name(d.tpl), d.block_m, d.block_n);
     d = fuse_config_default(FUSE_TPL_GEMM_SM90, 128, 2304, 768, 132, H100_SMEM);
+    CHECK(d.tpl == FUSE_TPL_GEMM_SM90 && d.block_m == 64 && d.block_n == 64 && d.stages == 12,
+          "small sm90 default %dx%d s%d (most CTAs)", d.block_m, d.block_n, d.stages);
+    d = fuse_config_default(FUSE_TPL_GEMM_SM90, 2048, 2304, 768, 132, 150 * 1024);
     CHECK(d.tpl == FUSE_TPL_GEMM_SM90 && d.block_m == 128 && d.block_n == 128,
-          "small sm90 default %dx%d (most CTAs)", d.block_m, d.block_n);
+          "sm90 default without room for 12 stages %dx%d", d.block_m, d.block_n);
+    fuse_config deep = d;
+    deep.stages = 13;
+    CHECK_STATUS(fuse_config_check(&deep), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("stages 13 is not in [2, 12]"), "message: %s", stof_last_error());
     d = fuse_config_default(FUSE_TPL_GEMM_SM90, 16384, 3072, 768, 132, 150 * 1024);
     CHECK(d.tpl == FUSE_TPL_GEMM_SM90 && d.block_n == 128,
           "sm90 default under 150 KiB of smem %dx%d", d.block_m, d.block_n);
@@ -394,8 +401,8 @@ static void test_argument_checks(void)
     a.n = 12; /* argument errors come first */
     CHECK_STATUS(fuse_linear_act(ctx, &hopper, &a, ws), STOF_ERR_SHAPE);
     a = linear_args();
-    CHECK_STATUS(fuse_linear_res_ln(ctx, &hopper, &a, ws), STOF_ERR_INVALID_ARG);
-    CHECK(message_has("gemm_sm90 does not run this segment"), "message: %s", stof_last_error());
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &hopper, &a, ws), STOF_ERR_UNSUPPORTED);
+    CHECK(message_has("compute capability 9.0"), "message: %s", stof_last_error());
     fuse_ffn_args hf = ffn_args();
     CHECK_STATUS(fuse_ffn(ctx, &hopper, &hf, ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("gemm_sm90 does not run this segment"), "message: %s", stof_last_error());
@@ -452,19 +459,19 @@ static void test_argument_checks(void)
     /* K split into partial sums: slice counts, slice widths, workspace */
     a = linear_args();
     fuse_choice split = lt;
-    split.lt_splits = FUSE_LT_MAX_SPLITS + 1;
+    split.splits = FUSE_LT_MAX_SPLITS + 1;
     CHECK_STATUS(fuse_linear_res_ln(ctx, &split, &a, ws), STOF_ERR_INVALID_ARG);
-    CHECK(message_has("lt_splits 9"), "message: %s", stof_last_error());
-    split.lt_splits = -1;
+    CHECK(message_has("splits 9"), "message: %s", stof_last_error());
+    split.splits = -1;
     CHECK_STATUS(fuse_linear_act(ctx, &split, &a, ws), STOF_ERR_INVALID_ARG);
-    split.lt_splits = 4; /* 128 x 768 fp32, four times: 1.5 MiB */
+    split.splits = 4; /* 128 x 768 fp32, four times: 1.5 MiB */
     CHECK_STATUS(fuse_linear_res_ln(ctx, &split, &a, ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("workspace"), "message: %s", stof_last_error());
     fuse_ws small_ws = {P(0x20000000), 1 << 20};
     CHECK_STATUS(fuse_linear_res_ln(ctx, &split, &a, small_ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("1572864 bytes of workspace"), "message: %s", stof_last_error());
     fuse_ws big_ws = {P(0x20000000), 4 << 20};
-    split.lt_splits = 5; /* 768 is no multiple of 40 */
+    split.splits = 5; /* 768 is no multiple of 40 */
     CHECK_STATUS(fuse_linear_res_ln(ctx, &split, &a, big_ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("k = 768"), "message: %s", stof_last_error());
     float *parts = P(0x30000000);
@@ -580,10 +587,58 @@ static void test_split_rule(void)
     }
 }
 
+/* gemm_sm90's small tile: up to 128 rows, one wave, K slices of at most 768 */
+static void test_sm90_small_rule(void)
+{
+    const size_t ws = FUSE_LT_WORKSPACE_BYTES;
+    static const struct {
+        int64_t m;
+        int n, k;
+        bool residual;
+        int sms;
+        size_t ws;
+        int want;
+    } cases[] = {
+        /* BERT-base at 112 rows: QKV, FFN1, out-projection, FFN2 */
+        {112, 2304, 768, false, 132, ws, 1},
+        {112, 3072, 768, false, 132, ws, 1},
+        {112, 768, 768, true, 132, ws, 4},
+        {112, 768, 3072, true, 132, ws, 4},
+        {129, 3072, 768, false, 132, ws, 0}, /* past 128 rows */
+        {0, 3072, 768, false, 132, ws, 0},
+        /* BERT-large: K of 1024 unsliced is deeper than the 12 stages */
+        {128, 3072, 1024, false, 132, ws, 0},
+        {128, 1024, 1024, true, 132, ws, 4},
+        {128, 1024, 4096, true, 132, ws, 0},
+        /* MiniLM: slices of 96 are no multiple of 64 */
+        {128, 384, 384, true, 132, ws, 3},
+        {128, 384, 1536, true, 132, ws, 4},
+        {128, 1152, 384, false, 132, ws, 1},
+        /* 60 SMs: more than one wave */
+        {128, 3072, 768, false, 60, ws, 0},
+        {128, 768, 768, true, 60, ws, 2},
+        /* k that gives no 64-deep slices runs whole; no room for partial sums */
+        {128, 768, 600, true, 132, ws, 1},
+        {128, 768, 3072, true, 132, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int got = fuse_sm90_small_rule(cases[i].m, cases[i].n, cases[i].k, cases[i].residual,
+                                       cases[i].sms, cases[i].ws);
+        CHECK(got == cases[i].want, "sm90 small rule m=%lld n=%d k=%d%s sms=%d: %d, want %d",
+              (long long)cases[i].m, cases[i].n, cases[i].k, cases[i].residual ? " residual" : "",
+              cases[i].sms, got, cases[i].want);
+    }
+    fuse_config small = fuse_config_sm90_small();
+    CHECK_OK(fuse_config_check(&small));
+    CHECK(small.block_m == 64 && small.block_n == 64 && small.stages == 12,
+          "the small tile is %dx%d s%d", small.block_m, small.block_n, small.stages);
+}
+
 int main(void)
 {
     test_tables();
     test_split_rule();
+    test_sm90_small_rule();
     test_validation();
     test_smem_and_shapes();
     test_default_rule();

@@ -59,11 +59,12 @@ enum {
     FAM_LT_FFN,
     FAM_LT_SPLIT,
     FAM_SM90,
+    FAM_SM90_LN,
     FAM_COUNT
 };
-static const char *fam_names[FAM_COUNT] = {"gemm_bias_act",       "gemm_res_ln", "ffn_chain",
-                                           "cublaslt+act",        "cublaslt+ln", "cublaslt ffn",
-                                           "cublaslt k-split+ln", "gemm_sm90"};
+static const char *fam_names[FAM_COUNT] = {
+    "gemm_bias_act", "gemm_res_ln",         "ffn_chain", "cublaslt+act",        "cublaslt+ln",
+    "cublaslt ffn",  "cublaslt k-split+ln", "gemm_sm90", "gemm_sm90 k-split+ln"};
 static double worst[FAM_COUNT][2];
 
 /* Whether the gemm_sm90 configs run here (set once in main). */
@@ -219,7 +220,7 @@ static int choices_for(fuse_tpl tpl, fuse_choice *out, int cap)
 }
 
 /* choices_for(tpl) (GEMM_RES_LN or FFN_CHAIN) plus cuBLASLt with K cut into
- * 2, 3, 4 and 8 slices where k allows (fuse_choice.lt_splits). */
+ * 2, 3, 4 and 8 slices where k allows (fuse_choice.splits). */
 static int residual_choices(fuse_tpl tpl, int k, fuse_choice *out, int cap)
 {
     int n = choices_for(tpl, out, cap);
@@ -228,16 +229,43 @@ static int residual_choices(fuse_tpl tpl, int k, fuse_choice *out, int cap)
         if (k % (8 * splits[i])) continue;
         memset(&out[n], 0, sizeof out[n]);
         out[n].path = FUSE_PATH_CUBLASLT;
-        out[n].lt_splits = splits[i];
+        out[n].splits = splits[i];
+        n++;
+    }
+    /* gemm_sm90's small tile into 1 to 4 K slices of partial sums (the
+     * residual + LayerNorm segment only; slices k cannot give are refused) */
+    for (int s = 1; s <= 4 && sm90_runs && tpl == FUSE_TPL_GEMM_RES_LN && n < cap; s++) {
+        memset(&out[n], 0, sizeof out[n]);
+        out[n].path = FUSE_PATH_STOF;
+        out[n].config = fuse_config_sm90_small();
+        out[n].splits = s;
         n++;
     }
     return n;
 }
 
+static bool sm90_residual(const fuse_choice *c)
+{
+    return c->path == FUSE_PATH_STOF && c->config.tpl == FUSE_TPL_GEMM_SM90;
+}
+
 static int residual_family(const fuse_choice *c, int stof_family, int lt_family)
 {
+    if (sm90_residual(c)) return FAM_SM90_LN;
     if (c->path == FUSE_PATH_STOF) return stof_family;
-    return c->lt_splits >= 2 ? FAM_LT_SPLIT : lt_family;
+    return c->splits >= 2 ? FAM_LT_SPLIT : lt_family;
+}
+
+/* False when gemm_sm90 cannot cut k into c's slices (each a multiple of 64
+ * deep, or one slice): then the call must have refused with a shape error. */
+static bool sm90_cut_ok(const char *label, const fuse_choice *c, int k, stof_status st)
+{
+    if (!sm90_residual(c) || c->splits <= 1 || (k % c->splits == 0 && k / c->splits % 64 == 0))
+        return true;
+    CHECK(st == STOF_ERR_SHAPE && strstr(stof_last_error(), "multiple of 64"),
+          "%s: k = %d in %d slices gave %s (%s)", label, k, c->splits, stof_status_str(st),
+          stof_last_error());
+    return false;
 }
 
 /* False when choice c splits K into partial sums of m x n that the workspace
@@ -245,8 +273,9 @@ static int residual_family(const fuse_choice *c, int stof_family, int lt_family)
 static bool parts_fit(const char *label, const fuse_choice *c, int64_t m, int n, fuse_ws ws,
                       stof_status st)
 {
-    if (c->path != FUSE_PATH_CUBLASLT || c->lt_splits < 2) return true;
-    if ((double)c->lt_splits * (double)m * n * sizeof(float) <= (double)ws.bytes) return true;
+    int planes = sm90_residual(c) ? (c->splits > 1 ? c->splits : 1) : c->splits;
+    if (!sm90_residual(c) && (c->path != FUSE_PATH_CUBLASLT || c->splits < 2)) return true;
+    if ((double)planes * (double)m * n * sizeof(float) <= (double)ws.bytes) return true;
     CHECK(st == STOF_ERR_INVALID_ARG && strstr(stof_last_error(), "workspace"),
           "%s: partial sums past the workspace gave %s (%s)", label, stof_status_str(st),
           stof_last_error());
@@ -277,8 +306,8 @@ static int linear_act_family(const fuse_choice *c)
 
 static void choice_name(const fuse_choice *c, char *buf, size_t cap)
 {
-    if (c->path == FUSE_PATH_CUBLASLT && c->lt_splits >= 2)
-        snprintf(buf, cap, "cublaslt k/%d", c->lt_splits);
+    if (c->path == FUSE_PATH_CUBLASLT && c->splits >= 2)
+        snprintf(buf, cap, "cublaslt k/%d", c->splits);
     else if (c->path == FUSE_PATH_CUBLASLT)
         snprintf(buf, cap, "cublaslt");
     else if (c->config.tpl == FUSE_TPL_NONE)
@@ -375,6 +404,7 @@ static void run_res_ln(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const dev
         label_of(label, sizeof label, "res_ln", s, dt, name);
         fuse_test_poison(y, (size_t)a.m * a.n * 2);
         stof_status st = fuse_linear_res_ln(ctx, &ch[i], &a, ws);
+        if (!sm90_cut_ok(label, &ch[i], a.k, st)) continue;
         if (!runnable(ctx, &ch[i], a.m, a.n, a.k)) {
             CHECK(st == STOF_ERR_UNSUPPORTED, "%s: a config too big for the device gave %s", label,
                   stof_status_str(st));
@@ -528,8 +558,10 @@ static void test_odd_shapes(stof_ctx *ctx, fuse_ws ws, test_rng *r)
             snprintf(label, sizeof label, "odd 77x200x72 res_ln %s [%s]", stof_dtype_name(dt),
                      name);
             fuse_test_poison(y, (size_t)m * n * 2);
-            expect_close(label, residual_family(&ch[i], FAM_RES_LN, FAM_LT_LN),
-                         fuse_linear_res_ln(ctx, &ch[i], &a, ws), y, dt, ln_dev, m * n, n);
+            stof_status st = fuse_linear_res_ln(ctx, &ch[i], &a, ws);
+            if (!sm90_cut_ok(label, &ch[i], k, st)) continue;
+            expect_close(label, residual_family(&ch[i], FAM_RES_LN, FAM_LT_LN), st, y, dt, ln_dev,
+                         m * n, n);
         }
         /* no bias at all */
         cpu_linear(x, w, NULL, pre, m, n, k, CPU_ACT_RELU);
@@ -569,8 +601,8 @@ static void test_sm90_ragged(stof_ctx *ctx, test_rng *r)
     static const struct {
         int64_t m;
         int n, k;
-    } shapes[] = {{1, 8, 8},        {7, 72, 200},      {77, 200, 72},   {333, 328, 136},
-                  {300, 2304, 768}, {4099, 1160, 200}, {2000, 264, 520}};
+    } shapes[] = {{1, 8, 8},        {7, 72, 200},      {77, 200, 72},    {333, 328, 136},
+                  {300, 2304, 768}, {4099, 1160, 200}, {2000, 264, 520}, {130, 200, 1000}};
     if (!sm90_runs) return;
     int count = 0;
     const fuse_config *list = fuse_config_list(FUSE_TPL_GEMM_SM90, &count);
@@ -606,6 +638,9 @@ static void test_sm90_ragged(stof_ctx *ctx, test_rng *r)
                 a.bias = no_bias ? NULL : db[di];
                 a.act = act;
                 a.y = y;
+                /* weights loaded ahead of the grid dependency, or not: each
+                 * shape both ways across the two dtypes */
+                a.w_ready = (si + (size_t)di) % 2 == 1;
                 for (int i = 0; i <= count; i++) {
                     char name[96], label[240];
                     if (i < count)
@@ -657,11 +692,13 @@ static void test_in_place(stof_ctx *ctx, fuse_ws ws, test_rng *r)
         dev_make(&d, &s, dt);
         void *y = fuse_test_alloc((size_t)t * H * 2);
         void *inter_buf = fuse_test_alloc((size_t)t * I * 2);
-        fuse_choice ch[3] = {{FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0},
+        fuse_choice ch[4] = {{FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0},
                              {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0},
-                             {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 4}};
-        for (int i = 0; i < 3; i++) {
-            const char *path = i == 2 ? "cublaslt k/4" : i ? "cublaslt" : "stof";
+                             {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 4},
+                             {FUSE_PATH_STOF, fuse_config_sm90_small(), 0, 4}};
+        static const char *paths[4] = {"stof", "cublaslt", "cublaslt k/4", "gemm_sm90 k/4"};
+        for (int i = 0; i < (sm90_runs ? 4 : 3); i++) {
+            const char *path = paths[i];
             fuse_test_copy(y, d.res, (size_t)t * H * 2);
             fuse_linear_args a = {0};
             a.dtype = dt;
@@ -680,6 +717,7 @@ static void test_in_place(stof_ctx *ctx, fuse_ws ws, test_rng *r)
             snprintf(label, sizeof label, "in-place res_ln %s %s", stof_dtype_name(dt), path);
             expect_close(label, residual_family(&ch[i], FAM_RES_LN, FAM_LT_LN),
                          fuse_linear_res_ln(ctx, &ch[i], &a, ws), y, dt, ln_dev, t * H, H);
+            if (sm90_residual(&ch[i])) continue; /* the FFN pair has no gemm_sm90 form */
 
             fuse_test_copy(y, d.x, (size_t)t * H * 2);
             fuse_ffn_args f = {0};
@@ -782,9 +820,20 @@ static void test_cache_and_refusals(stof_ctx *ctx, fuse_ws ws)
     ln_args.gamma = b;
     ln_args.beta = b;
     ln_args.eps = EPS;
+    if (!sm90_runs) { /* where it runs, residual_choices compares it with the CPU */
+        CHECK_STATUS(fuse_linear_res_ln(ctx, &hopper, &ln_args, ws), STOF_ERR_UNSUPPORTED);
+    }
+    if (sm90_runs) { /* partial sums over the output: refused before any launch */
+        fuse_choice small = {FUSE_PATH_STOF, fuse_config_sm90_small(), 0, 2};
+        fuse_ws over = {y, (size_t)m * n * 2 * 8};
+        CHECK_STATUS(fuse_linear_res_ln(ctx, &small, &ln_args, over), STOF_ERR_INVALID_ARG);
+        CHECK(strstr(stof_last_error(), "overlap") != NULL, "gemm_sm90 partial sums over y: %s",
+              stof_last_error());
+    }
+    ln_args.gamma = NULL; /* a residual segment always ends in its LayerNorm */
     CHECK_STATUS(fuse_linear_res_ln(ctx, &hopper, &ln_args, ws), STOF_ERR_INVALID_ARG);
-    CHECK(strstr(stof_last_error(), "does not run this segment") != NULL,
-          "gemm_sm90 given to linear_res_ln: %s", stof_last_error());
+    CHECK(strstr(stof_last_error(), "gamma") != NULL,
+          "gemm_sm90 given a residual segment without gamma: %s", stof_last_error());
     /* and the bias_act template by that name is refused by fuse_run_gemm_sm90 */
     if (sm90_runs) {
         const fuse_config *ba = fuse_config_list(FUSE_TPL_GEMM_BIAS_ACT, NULL);

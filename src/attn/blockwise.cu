@@ -229,6 +229,8 @@ template <int D, int WARPS, int MW, int BF16>
 __global__ void __launch_bounds__(WARPS * 32, BW_MIN_CTAS(D, WARPS, MW))
     attn_blockwise_kernel(const attn_launch a)
 {
+    /* The next kernel (PDL: a gemm_sm90 out-projection) may load its weights meanwhile. */
+    stof_grid_launch_dependents();
     stof_grid_wait(); /* launched with PDL: the inputs are the previous kernel's outputs */
     const int WM = 16 * MW; /* query rows per warp */
     const int BM = WARPS * WM, THREADS = WARPS * 32;

@@ -417,6 +417,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     attn_blockwise_sm90_kernel(const attn_launch a, const __grid_constant__ CUtensorMap k_map,
                                const __grid_constant__ CUtensorMap v_map)
 {
+    /* The next kernel (PDL: a gemm_sm90 out-projection) may load its weights meanwhile. */
+    stof_grid_launch_dependents();
     stof_grid_wait(); /* launched with PDL: the inputs are the previous kernel's outputs */
     const int BM = WG * SM90_SUB_ROWS, THREADS = WG * 128;
     const uint32_t TILE = SM90_SUB_ROWS * D * 2;

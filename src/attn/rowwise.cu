@@ -122,6 +122,8 @@ template <int D, int BF16>
 __global__ void __launch_bounds__(ATTN_ROWWISE_WARPS * 32, 5)
     attn_rowwise_kernel(const attn_launch a)
 {
+    /* The next kernel (PDL: a gemm_sm90 out-projection) may load its weights meanwhile. */
+    stof_grid_launch_dependents();
     stof_grid_wait(); /* launched with PDL: the inputs are the previous kernel's outputs */
     const int PER = D / 32;
     __shared__ __align__(16) float sq_all[ATTN_ROWWISE_WARPS][D];

@@ -25,6 +25,17 @@ static __device__ __forceinline__ void stof_grid_wait(void)
 #endif
 }
 
+/* Lets the next kernel of the stream, when launched with PDL, be scheduled
+ * now: its CTAs may start (and do work that reads nothing this grid or its
+ * predecessors write) while this grid runs; its stof_grid_wait() still waits
+ * for all of this grid. Without the call a grid triggers as its CTAs exit. */
+static __device__ __forceinline__ void stof_grid_launch_dependents(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 /* cudaLaunchKernelExC with PDL when pdl is true: args as for cudaLaunchKernel. */
 static inline cudaError_t stof_launch_pdl(bool pdl, const void *fn, dim3 grid, dim3 block,
                                           void **args, size_t smem, cudaStream_t stream)

@@ -108,8 +108,10 @@ static stof_status check_structure(const fuse_config *c)
     STOF_REQUIRE(c->warps_m >= 1 && c->warps_n >= 1 && c->warps_m * c->warps_n <= 16,
                  STOF_ERR_INVALID_ARG, "fuse config %s: %d x %d warps (1 to 16 in all)", name,
                  c->warps_m, c->warps_n);
-    STOF_REQUIRE(c->stages >= 2 && c->stages <= 8, STOF_ERR_INVALID_ARG,
-                 "fuse config %s: stages %d is not in [2, 8]", name, c->stages);
+    /* gemm_sm90's small-tile ring holds a whole K of 768 (12 slices of 64) */
+    const int max_stages = c->tpl == FUSE_TPL_GEMM_SM90 ? 12 : 8;
+    STOF_REQUIRE(c->stages >= 2 && c->stages <= max_stages, STOF_ERR_INVALID_ARG,
+                 "fuse config %s: stages %d is not in [2, %d]", name, c->stages, max_stages);
     STOF_REQUIRE(c->block_m % (16 * c->warps_m) == 0, STOF_ERR_INVALID_ARG,
                  "fuse config %s: block_m %d does not split into %d warp rows of 16-row tiles",
                  name, c->block_m, c->warps_m);
@@ -245,6 +247,12 @@ bool fuse_sm90_available(const stof_ctx *ctx)
     (void)ctx;
     return false;
 #endif
+}
+
+fuse_config fuse_config_sm90_small(void)
+{
+    fuse_config c = {FUSE_TPL_GEMM_SM90, 64, 64, 64, 1, 1, 12};
+    return c;
 }
 
 static int64_t config_ctas(const fuse_config *c, int64_t m, int n)

@@ -37,12 +37,27 @@
  * one's epilogue overlaps the other's main loop, with a single producer warp
  * so that both fit in the register file.
  *
+ * A third shape serves a few hundred rows (the encoder's small batches): a
+ * 64x64 tile, one consumer warpgroup and 12 stages, so that a K of 768 is
+ * one pass of loads and a BERT-base GEMM of 128 rows is one wave of 72-96
+ * CTAs. The kernel is launched with PDL; when the caller vouches that w was
+ * complete before the previous kernel started (fuse_linear_args.w_ready:
+ * model weights), the producer requests w for every stage of its first work
+ * item before it waits for the previous grid, and x after. Kernels in front
+ * of it that call stof_grid_launch_dependents early (the LayerNorm,
+ * attention, this kernel before its epilogue) thus hide the weight reads
+ * behind their own run. With fp32 partial sums as output (parts), the work
+ * items are (tile, K slice) pairs, each slice a multiple of 64 deep: the
+ * residual + LayerNorm segments' GEMM, whose slices the LayerNorm kernel adds
+ * up with bias and residual.
+ *
  * The tensor maps are encoded on the host for each call (cuTensorMapEncodeTiled
  * through the runtime's driver entry point: no libcuda link) and passed as
  * __grid_constant__ parameters, so they depend only on the call's pointers and
  * shapes and a launch captured in a CUDA graph keeps its own copy.
  */
 #include "core/hopper.cuh"
+#include "core/launch.cuh"
 #include "fuse/internal.h"
 #include "fuse/mma.cuh"
 
@@ -78,7 +93,7 @@ template <int BN, int WG, int STAGES> struct sm90_traits {
     static constexpr int CONSUMER_REGS_FIT =
         (REGS * THREADS - PRODUCER_REGS * 128) / (128 * WG) / 8 * 8;
     static constexpr int CONSUMER_REGS = CONSUMER_REGS_FIT > 256 ? 256 : CONSUMER_REGS_FIT;
-    static_assert(BN == 128 || BN == 256, "wgmma shapes m64n128k16 and m64n256k16");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma shapes m64n{64,128,256}k16");
     static_assert(WG >= 1 && WG <= 2, "one or two consumer warpgroups");
     static_assert(STAGES >= 2, "a pipeline needs two stages");
     static_assert(!PRODUCER_WG || CONSUMER_REGS > REGS, "setmaxnreg moves registers to consumers");
@@ -101,6 +116,9 @@ template <int N> static __device__ __forceinline__ void setmaxnreg_inc(void)
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "   \
     "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "   \
     "%56, %57, %58, %59, %60, %61, %62, %63"
+#define SM90_REGS_0_31                                                                             \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "   \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define SM90_REGS_64_127                                                                           \
     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, "   \
     "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, "   \
@@ -113,6 +131,12 @@ template <int N> static __device__ __forceinline__ void setmaxnreg_inc(void)
 
 /* d (+)= A B^T for one k16 step: A 64 x 16 and B N x 16, both K-major in
  * shared memory (descriptors); accumulate = 0 overwrites d. */
+#define SM90_WGMMA_N64(T)                                                                          \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                      \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " {" SM90_REGS_0_31         \
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                                \
+                 : SM90_OUT32(d, 0)                                                                \
+                 : "l"(da), "l"(db), "r"(accumulate))
 #define SM90_WGMMA_N128(T)                                                                         \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                      \
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " {" SM90_REGS_0_63        \
@@ -138,7 +162,12 @@ static __device__ __forceinline__ void wgmma_ss(float (&d)[BN / 2], uint64_t da,
                                                 int accumulate)
 {
     constexpr bool bf16 = sm90_is_bf16<T>::value;
-    if constexpr (BN == 128) {
+    if constexpr (BN == 64) {
+        if constexpr (bf16)
+            SM90_WGMMA_N64("bf16");
+        else
+            SM90_WGMMA_N64("f16");
+    } else if constexpr (BN == 128) {
         if constexpr (bf16)
             SM90_WGMMA_N128("bf16");
         else
@@ -197,12 +226,41 @@ static __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], co
 
 /* ---------------------------------------------------------------- kernel */
 
+/* parts[r, c] = acc for the warpgroup's 64 rows from row0 and BN columns
+ * from col0 of an fp32 [m, n] plane (one K slice's partial sums). */
+template <int BN>
+static __device__ __forceinline__ void store_tile_f32(const float (&acc)[BN / 2], float *parts,
+                                                      int64_t row0, int col0, int64_t m, int n)
+{
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+    const int64_t r_lo = row0 + warp * 16 + (lane >> 2);
+    const bool lo_ok = r_lo < m, hi_ok = r_lo + 8 < m;
+    const int c0 = col0 + 2 * (lane & 3);
+    float *p_lo = parts + r_lo * n + c0;
+    float *p_hi = p_lo + 8 * (int64_t)n;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        if (c0 + 8 * j >= n) continue;
+        if (lo_ok) *(float2 *)(p_lo + 8 * j) = make_float2(acc[4 * j], acc[4 * j + 1]);
+        if (hi_ok) *(float2 *)(p_hi + 8 * j) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+}
+
+/* ---------------------------------------------------------------- kernel */
+
+/*
+ * Work items are (output tile, K slice) pairs, tiles fastest: without parts
+ * one slice of all k; with parts, k / kslice slices of kslice (a multiple of
+ * 64) columns each, slice s adding its partial sums into plane s of parts
+ * ([k / kslice][m, n] fp32) instead of the bias + activation epilogue.
+ */
 template <typename T, int BN, int WG, int STAGES>
 __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
                                   sm90_traits<BN, WG, STAGES>::CTAS_PER_SM)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_x,
                      const __grid_constant__ CUtensorMap map_w, const T *__restrict__ bias,
-                     T *__restrict__ y, int64_t m, int n, int k, int act)
+                     T *__restrict__ y, int64_t m, int n, int k, int act, int w_ready,
+                     int kslice, float *__restrict__ parts)
 {
     typedef sm90_traits<BN, WG, STAGES> G;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -216,7 +274,8 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
     const int tiles_m = (int)((m + G::BM - 1) / G::BM);
     const int tiles_n = (n + BN - 1) / BN;
     const int tiles = tiles_m * tiles_n;
-    const int ktiles = (k + 63) / 64;
+    const int items = parts ? tiles * (k / kslice) : tiles;
+    const int ktiles = ((parts ? kslice : k) + 63) / 64;
     const int wg = threadIdx.x >> 7;
 
     if (threadIdx.x == 0) {
@@ -234,18 +293,40 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
         if (threadIdx.x != 128 * WG) return;
         tma_prefetch_map(&map_x);
         tma_prefetch_map(&map_w);
+        /* Weights the previous kernel cannot be writing go up first, into
+         * every stage of the first work item, while that kernel still runs
+         * (PDL); x only once it has finished. */
+        int early = 0;
+        if (w_ready && (int)blockIdx.x < items) {
+            int tm, tn;
+            tile_coords((int)blockIdx.x % tiles, tiles_m, tiles_n, tm, tn);
+            const int k0 = (int)blockIdx.x / tiles * kslice;
+            early = min(ktiles, STAGES);
+            for (int kt = 0; kt < early; kt++) {
+                mbar_arrive_expect_tx(full + 8 * kt, G::STAGE_BYTES);
+                tma_load_2d(b_ring + kt * G::B_BYTES, &map_w, full + 8 * kt, k0 + kt * 64,
+                            tn * BN);
+            }
+        }
+        stof_grid_wait();
         int stage = 0;
         uint32_t phase = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        for (int item = blockIdx.x; item < items; item += gridDim.x, early = 0) {
             int tm, tn;
-            tile_coords(tile, tiles_m, tiles_n, tm, tn);
+            tile_coords(item % tiles, tiles_m, tiles_n, tm, tn);
+            const int k0 = item / tiles * kslice;
             for (int kt = 0; kt < ktiles; kt++) {
-                mbar_wait(empty + 8 * stage, phase ^ 1); /* the first pass finds stages free */
-                mbar_arrive_expect_tx(full + 8 * stage, G::STAGE_BYTES);
-                tma_load_2d(a_ring + stage * G::A_BYTES, &map_x, full + 8 * stage, kt * 64,
-                            tm * G::BM);
-                tma_load_2d(b_ring + stage * G::B_BYTES, &map_w, full + 8 * stage, kt * 64,
-                            tn * BN);
+                const int kc = k0 + kt * 64;
+                if (kt < early) { /* its weights are on their way: stage kt, first pass */
+                    tma_load_2d(a_ring + kt * G::A_BYTES, &map_x, full + 8 * kt, kc, tm * G::BM);
+                } else {
+                    mbar_wait(empty + 8 * stage, phase ^ 1); /* the first pass finds stages free */
+                    mbar_arrive_expect_tx(full + 8 * stage, G::STAGE_BYTES);
+                    tma_load_2d(a_ring + stage * G::A_BYTES, &map_x, full + 8 * stage, kc,
+                                tm * G::BM);
+                    tma_load_2d(b_ring + stage * G::B_BYTES, &map_w, full + 8 * stage, kc,
+                                tn * BN);
+                }
                 if (++stage == STAGES) {
                     stage = 0;
                     phase ^= 1;
@@ -265,9 +346,9 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
         acc[i] = 0.f;
     int stage = 0;
     uint32_t phase = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
         int tm, tn;
-        tile_coords(tile, tiles_m, tiles_n, tm, tn);
+        tile_coords(item % tiles, tiles_m, tiles_n, tm, tn);
         int prev = 0;
         for (int kt = 0; kt < ktiles; kt++) {
             mbar_wait(full + 8 * stage, phase);
@@ -292,9 +373,15 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
         wgmma_wait<0>();
         if (lane == 0) mbar_arrive(empty + 8 * prev);
         reg_fence(acc);
+        /* The next kernel (PDL) may be scheduled while this one stores. */
+        if (item + (int)gridDim.x >= items) stof_grid_launch_dependents();
 
         const int64_t row0 = (int64_t)tm * G::BM + wg * 64;
         const int col0 = tn * BN;
+        if (parts) {
+            store_tile_f32<BN>(acc, parts + (int64_t)(item / tiles) * m * n, row0, col0, m, n);
+            continue;
+        }
         switch (act) {
         case FUSE_ACT_GELU: store_tile<T, BN, FUSE_ACT_GELU>(acc, bias, y, row0, col0, m, n); break;
         case FUSE_ACT_GELU_TANH:
@@ -321,13 +408,14 @@ static stof_status encode_operand(CUtensorMap *map, const char *name, const void
 }
 
 template <typename T, int BN, int WG, int STAGES>
-static stof_status launch_gemm_sm90(stof_ctx *ctx, const fuse_linear_args *a)
+static stof_status launch_gemm_sm90(stof_ctx *ctx, const fuse_linear_args *a, int splits,
+                                    float *parts)
 {
     typedef sm90_traits<BN, WG, STAGES> G;
     static int opted[64];
     static int resident[64]; /* CTAs per SM, per device */
-    void (*kernel)(const CUtensorMap, const CUtensorMap, const T *, T *, int64_t, int, int, int) =
-        gemm_sm90_kernel<T, BN, WG, STAGES>;
+    void (*kernel)(const CUtensorMap, const CUtensorMap, const T *, T *, int64_t, int, int, int,
+                   int, int, float *) = gemm_sm90_kernel<T, BN, WG, STAGES>;
     STOF_CUDA_TRY(smem_opt_in(kernel, G::SMEM, ctx->gpu_index, opted));
     const int dev = ctx->gpu_index;
     int per_sm = dev >= 0 && dev < 64 ? resident[dev] : 0;
@@ -347,22 +435,27 @@ static stof_status launch_gemm_sm90(stof_ctx *ctx, const fuse_linear_args *a)
     CUtensorMap map_x, map_w;
     STOF_TRY(encode_operand(&map_x, "x", a->x, a->dtype, a->m, a->k, G::BM));
     STOF_TRY(encode_operand(&map_w, "w", a->w, a->dtype, a->n, a->k, BN));
-    const int64_t tiles = stof_cdiv(a->m, G::BM) * stof_cdiv(a->n, BN);
+    const int64_t items = stof_cdiv(a->m, G::BM) * stof_cdiv(a->n, BN) * (parts ? splits : 1);
     const int64_t slots = (int64_t)per_sm * ctx->sm_count;
-    const unsigned grid = (unsigned)(tiles < slots ? tiles : slots);
-    kernel<<<grid, G::THREADS, G::SMEM, (cudaStream_t)ctx->stream>>>(
-        map_x, map_w, (const T *)a->bias, (T *)a->y, a->m, a->n, a->k, (int)a->act);
-    return STOF_CUDA(cudaGetLastError());
+    const unsigned grid = (unsigned)(items < slots ? items : slots);
+    const T *bias = (const T *)a->bias;
+    T *y = (T *)a->y;
+    int64_t m = a->m;
+    int n = a->n, k = a->k, act = (int)a->act, w_ready = a->w_ready;
+    int kslice = parts ? a->k / splits : a->k;
+    void *args[] = {&map_x, &map_w, &bias, &y, &m, &n, &k, &act, &w_ready, &kslice, &parts};
+    return STOF_CUDA(stof_launch_pdl(true, (const void *)kernel, dim3(grid), dim3(G::THREADS),
+                                     args, G::SMEM, (cudaStream_t)ctx->stream));
 }
 
 template <typename T>
 static stof_status dispatch_gemm_sm90(stof_ctx *ctx, const fuse_config *c,
-                                      const fuse_linear_args *a)
+                                      const fuse_linear_args *a, int splits, float *parts)
 {
 #define TRY_CONFIG(bm, bn, bk, wm, wn, st)                                                         \
     if (c->block_m == bm && c->block_n == bn && c->block_k == bk && c->warps_m == wm &&            \
         c->warps_n == wn && c->stages == st)                                                       \
-        return launch_gemm_sm90<T, bn, wm, st>(ctx, a);
+        return launch_gemm_sm90<T, bn, wm, st>(ctx, a, splits, parts);
     FUSE_GEMM_SM90_INSTANCES(TRY_CONFIG)
 #undef TRY_CONFIG
     return stof_error(STOF_ERR_INTERNAL, "gemm_sm90: config %dx%dx%d s%d is not compiled",
@@ -372,6 +465,14 @@ static stof_status dispatch_gemm_sm90(stof_ctx *ctx, const fuse_config *c,
 extern "C" stof_status fuse_launch_gemm_sm90(stof_ctx *ctx, const fuse_config *c,
                                              const fuse_linear_args *a)
 {
-    if (a->dtype == STOF_BF16) return dispatch_gemm_sm90<__nv_bfloat16>(ctx, c, a);
-    return dispatch_gemm_sm90<__half>(ctx, c, a);
+    if (a->dtype == STOF_BF16) return dispatch_gemm_sm90<__nv_bfloat16>(ctx, c, a, 1, NULL);
+    return dispatch_gemm_sm90<__half>(ctx, c, a, 1, NULL);
+}
+
+extern "C" stof_status fuse_launch_gemm_sm90_parts(stof_ctx *ctx, const fuse_config *c,
+                                                   const fuse_linear_args *a, int splits,
+                                                   float *parts)
+{
+    if (a->dtype == STOF_BF16) return dispatch_gemm_sm90<__nv_bfloat16>(ctx, c, a, splits, parts);
+    return dispatch_gemm_sm90<__half>(ctx, c, a, splits, parts);
 }

@@ -29,10 +29,13 @@
 
 /* Hopper (sm_90a): block_m = 64 x warps_m (consumer warpgroups, 64 rows
  * each), block_k 64 (one 128-byte swizzle atom), warps_n 1. The 128x128 tile
- * with 3 stages leaves room for two CTAs per SM. */
+ * with 3 stages leaves room for two CTAs per SM. The 64x64 tile is for a few
+ * hundred rows: many CTAs, each with 12 stages, so that a K of 768 is one
+ * pass of loads (its weights issued while the previous kernel runs). */
 #define FUSE_GEMM_SM90_INSTANCES(X)                                                                \
     X(128, 256, 64, 2, 1, 4)                                                                       \
-    X(128, 128, 64, 2, 1, 3)
+    X(128, 128, 64, 2, 1, 3)                                                                       \
+    X(64, 64, 64, 1, 1, 12)
 
 /* Its shared memory: the stages of x and w tiles (rows of 128 bytes), a full
  * and an empty mbarrier per stage, and slack to align the tiles to 1024 bytes. */

@@ -43,6 +43,11 @@ stof_status fuse_launch_gemm_res_ln(stof_ctx *ctx, const fuse_config *c, const f
 stof_status fuse_launch_ffn_chain(stof_ctx *ctx, const fuse_config *c, const fuse_ffn_args *a);
 /* gemm_sm90.cu: built only with STOF_HAVE_FUSE_SM90; runs on compute capability 9.0 only. */
 stof_status fuse_launch_gemm_sm90(stof_ctx *ctx, const fuse_config *c, const fuse_linear_args *a);
+/* The same GEMM cut into splits K slices (k / splits a multiple of 64, or
+ * splits 1), slice s writing its fp32 partial sums to plane s of parts
+ * ([splits][m, n]); no bias, activation or output y. */
+stof_status fuse_launch_gemm_sm90_parts(stof_ctx *ctx, const fuse_config *c,
+                                        const fuse_linear_args *a, int splits, float *parts);
 
 stof_status fuse_launch_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n, const void *x,
                                  const void *bias, fuse_act act, void *y);

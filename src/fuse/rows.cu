@@ -249,6 +249,8 @@ __global__ void layernorm_kernel(const X *x, int parts, int64_t plane, const T *
     const int lane = threadIdx.x % TPR;
     ln_params<VPL> p;
     ln_params_load<T, TPR, VPL>(p, lane, cols, gamma, beta);
+    /* The next GEMM (gemm_sm90) may start loading its weights now. */
+    stof_grid_launch_dependents();
     stof_grid_wait(); /* launched with PDL after the GEMM that wrote x */
     if (row >= rows) return; /* a whole row group leaves together */
     const int nvec = cols / 8;

@@ -7,12 +7,15 @@
  *
  * Linear + act has two templates: GEMM_BIAS_ACT (any GPU) and GEMM_SM90
  * (Hopper), the latter run only when the choice names one of its configs.
+ * Linear + residual + LayerNorm runs GEMM_RES_LN, or GEMM_SM90 when named:
+ * its K slices (fuse_choice.splits) write fp32 partial sums into the front of
+ * the workspace, which the LayerNorm kernel adds up with bias and residual.
  *
  * The cuBLASLt paths: linear + act uses the bias / ReLU / tanh-GELU
  * epilogues, and for exact GELU a plain GEMM followed by fuse_bias_act;
  * linear + residual + LayerNorm adds bias and residual in the GEMM epilogue
  * (C = residual, beta = 1) and normalises in place afterwards, or, with K
- * split (fuse_choice.lt_splits), writes fp32 partial sums into the front of
+ * split (fuse_choice.splits), writes fp32 partial sums into the front of
  * the workspace for the LayerNorm kernel to add up with bias and residual.
  */
 #include "fuse/internal.h"
@@ -147,6 +150,47 @@ stof_status fuse_run_gemm_sm90(stof_ctx *ctx, const fuse_config *c, const fuse_l
 #endif
 }
 
+/* gemm_sm90 cut into K slices whose fp32 partial sums take the front of ws;
+ * the LayerNorm kernel adds them up with bias and residual. */
+static stof_status sm90_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
+                                      const fuse_linear_args *args, fuse_ws ws, const char *what)
+{
+    STOF_TRY(check_linear(ctx, args, true, what));
+    STOF_REQUIRE(fuse_sm90_available(ctx), STOF_ERR_UNSUPPORTED,
+                 "%s: the gemm_sm90 template runs on compute capability 9.0 GPUs only; this is "
+                 "%s (cc %d.%d) and " SM90_BUILT,
+                 what, ctx->device_name, ctx->cc_major, ctx->cc_minor);
+    const int splits = choice->splits < 1 ? 1 : choice->splits;
+    STOF_REQUIRE(splits == 1 || (args->k % splits == 0 && args->k / splits % 64 == 0),
+                 STOF_ERR_SHAPE, "%s: k = %d does not cut into %d slices of a multiple of 64", what,
+                 args->k, splits);
+    fuse_config cfg;
+    STOF_TRY(resolve_config(ctx, &choice->config, FUSE_TPL_GEMM_SM90, args->m, args->n,
+                            args->k / splits, what, &cfg));
+    size_t bytes = fuse_lt_parts_bytes(splits, args->m, args->n);
+    STOF_REQUIRE(ws.ptr && ws.bytes >= bytes, STOF_ERR_INVALID_ARG,
+                 "%s: %d K slices of %lld x %d need %zu bytes of workspace for their partial "
+                 "sums; %zu were lent",
+                 what, splits, (long long)args->m, args->n, bytes, ws.bytes);
+    const size_t row_bytes = (size_t)args->m * args->n * 2;
+    STOF_REQUIRE(((uintptr_t)ws.ptr & 15) == 0, STOF_ERR_INVALID_ARG,
+                 "%s: the workspace for partial sums is not 16-byte aligned", what);
+    STOF_REQUIRE(!fuse_overlap(args->x, (size_t)args->m * args->k * 2, ws.ptr, bytes) &&
+                     !fuse_overlap(args->w, (size_t)args->n * args->k * 2, ws.ptr, bytes) &&
+                     !fuse_overlap(args->residual, row_bytes, ws.ptr, bytes) &&
+                     !fuse_overlap(args->y, row_bytes, ws.ptr, bytes),
+                 STOF_ERR_INVALID_ARG, "%s: the partial sums overlap x, w, residual or y", what);
+#ifdef STOF_HAVE_FUSE_SM90
+    float *parts = ws.ptr;
+    STOF_TRY(fuse_launch_gemm_sm90_parts(ctx, &cfg, args, splits, parts));
+    return fuse_launch_layernorm_parts(ctx, args->dtype, args->m, args->n, parts, splits,
+                                       args->bias, args->residual, args->gamma, args->beta,
+                                       args->eps, args->y);
+#else
+    return stof_error(STOF_ERR_INTERNAL, "%s: no sm_90a kernels to run", what);
+#endif
+}
+
 stof_status fuse_run_ffn_chain(stof_ctx *ctx, const fuse_config *c, const fuse_ffn_args *args)
 {
     const char *what = "fuse_run_ffn_chain";
@@ -162,10 +206,8 @@ static stof_status check_path(const fuse_choice *choice, const char *what)
     STOF_REQUIRE(choice, STOF_ERR_INVALID_ARG, "%s: choice is NULL", what);
     STOF_REQUIRE(choice->path == FUSE_PATH_CUBLASLT || choice->path == FUSE_PATH_STOF,
                  STOF_ERR_INVALID_ARG, "%s: unknown path %d", what, (int)choice->path);
-    STOF_REQUIRE(choice->path != FUSE_PATH_CUBLASLT ||
-                     (choice->lt_splits >= 0 && choice->lt_splits <= FUSE_LT_MAX_SPLITS),
-                 STOF_ERR_INVALID_ARG, "%s: lt_splits %d is outside [0, %d]", what,
-                 choice->lt_splits, FUSE_LT_MAX_SPLITS);
+    STOF_REQUIRE(choice->splits >= 0 && choice->splits <= FUSE_LT_MAX_SPLITS, STOF_ERR_INVALID_ARG,
+                 "%s: splits %d is outside [0, %d]", what, choice->splits, FUSE_LT_MAX_SPLITS);
     return STOF_OK;
 }
 
@@ -188,6 +230,19 @@ int fuse_lt_split_rule(int64_t m, int n, int k, size_t ws_bytes)
     while (s > 1 && (double)s * (double)m * n * sizeof(float) > (double)ws_bytes / 2)
         s--;
     return s;
+}
+
+int fuse_sm90_small_rule(int64_t m, int n, int k, bool residual, int sm_count, size_t ws_bytes)
+{
+    if (m < 1 || m > 128 || n < 8 || k < 8) return 0;
+    const int64_t tiles = stof_cdiv(m, 64) * stof_cdiv(n, 64);
+    for (int s = residual ? 4 : 1; s >= 1; s--) {
+        if (s > 1 && (k % s != 0 || k / s % 64 != 0)) continue;
+        if (k / s > 768 || tiles * s > sm_count) continue;
+        if (residual && (double)s * (double)m * n * sizeof(float) > (double)ws_bytes / 2) continue;
+        return s;
+    }
+    return 0;
 }
 
 /* cuBLASLt GEMM with bias and residual in its epilogue, then LayerNorm in
@@ -237,11 +292,13 @@ stof_status fuse_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
 {
     const char *what = "fuse_linear_res_ln";
     STOF_TRY(check_path(choice, what));
+    if (choice->path == FUSE_PATH_STOF && choice->config.tpl == FUSE_TPL_GEMM_SM90)
+        return sm90_linear_res_ln(ctx, choice, args, ws, what);
     if (choice->path == FUSE_PATH_STOF) return fuse_run_gemm_res_ln(ctx, &choice->config, args);
     STOF_TRY(check_linear(ctx, args, true, what));
     fuse_linear_args a = *args;
     a.lt_algo = choice->lt_algo;
-    return lt_linear_res_ln(ctx, &a, args->residual, args->gamma, choice->lt_splits, ws, what);
+    return lt_linear_res_ln(ctx, &a, args->residual, args->gamma, choice->splits, ws, what);
 }
 
 stof_status fuse_ffn(stof_ctx *ctx, const fuse_choice *choice, const fuse_ffn_args *args,
@@ -283,5 +340,5 @@ stof_status fuse_ffn(stof_ctx *ctx, const fuse_choice *choice, const fuse_ffn_ar
     down.beta = args->beta;
     down.eps = args->eps;
     down.y = args->y;
-    return lt_linear_res_ln(ctx, &down, args->residual, args->gamma, choice->lt_splits, ws, what);
+    return lt_linear_res_ln(ctx, &down, args->residual, args->gamma, choice->splits, ws, what);
 }
