@@ -224,8 +224,6 @@ static __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], co
     }
 }
 
-/* ---------------------------------------------------------------- kernel */
-
 /* parts[r, c] = acc for the warpgroup's 64 rows from row0 and BN columns
  * from col0 of an fp32 [m, n] plane (one K slice's partial sums). */
 template <int BN>
@@ -251,7 +249,7 @@ static __device__ __forceinline__ void store_tile_f32(const float (&acc)[BN / 2]
 /*
  * Work items are (output tile, K slice) pairs, tiles fastest: without parts
  * one slice of all k; with parts, k / kslice slices of kslice (a multiple of
- * 64) columns each, slice s adding its partial sums into plane s of parts
+ * 64) columns each, slice s writing its partial sums to plane s of parts
  * ([k / kslice][m, n] fp32) instead of the bias + activation epilogue.
  */
 template <typename T, int BN, int WG, int STAGES>
