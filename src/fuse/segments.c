@@ -133,14 +133,33 @@ stof_status fuse_run_gemm_res_ln(stof_ctx *ctx, const fuse_config *c, const fuse
 #define SM90_BUILT "this build has no sm_90a kernels (STOF_CUDA_ARCHS did not name 90)"
 #endif
 
-stof_status fuse_run_gemm_sm90(stof_ctx *ctx, const fuse_config *c, const fuse_linear_args *args)
+static stof_status check_sm90(const stof_ctx *ctx, const char *what)
 {
-    const char *what = "fuse_run_gemm_sm90";
-    STOF_TRY(check_linear(ctx, args, false, what));
     STOF_REQUIRE(fuse_sm90_available(ctx), STOF_ERR_UNSUPPORTED,
                  "%s: the gemm_sm90 template runs on compute capability 9.0 GPUs only; this is "
                  "%s (cc %d.%d) and " SM90_BUILT,
                  what, ctx->device_name, ctx->cc_major, ctx->cc_minor);
+    return STOF_OK;
+}
+
+/* The front of ws for the fp32 partial sums of splits K slices of m x n. */
+static stof_status parts_in_ws(fuse_ws ws, int splits, int64_t m, int n, const char *what,
+                               float **parts)
+{
+    size_t bytes = fuse_lt_parts_bytes(splits, m, n);
+    STOF_REQUIRE(ws.ptr && ws.bytes >= bytes, STOF_ERR_INVALID_ARG,
+                 "%s: %d K slices of %lld x %d need %zu bytes of workspace for their partial "
+                 "sums; %zu were lent",
+                 what, splits, (long long)m, n, bytes, ws.bytes);
+    *parts = ws.ptr;
+    return STOF_OK;
+}
+
+stof_status fuse_run_gemm_sm90(stof_ctx *ctx, const fuse_config *c, const fuse_linear_args *args)
+{
+    const char *what = "fuse_run_gemm_sm90";
+    STOF_TRY(check_linear(ctx, args, false, what));
+    STOF_TRY(check_sm90(ctx, what));
     fuse_config cfg;
     STOF_TRY(resolve_config(ctx, c, FUSE_TPL_GEMM_SM90, args->m, args->n, args->k, what, &cfg));
 #ifdef STOF_HAVE_FUSE_SM90
@@ -156,10 +175,7 @@ static stof_status sm90_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
                                       const fuse_linear_args *args, fuse_ws ws, const char *what)
 {
     STOF_TRY(check_linear(ctx, args, true, what));
-    STOF_REQUIRE(fuse_sm90_available(ctx), STOF_ERR_UNSUPPORTED,
-                 "%s: the gemm_sm90 template runs on compute capability 9.0 GPUs only; this is "
-                 "%s (cc %d.%d) and " SM90_BUILT,
-                 what, ctx->device_name, ctx->cc_major, ctx->cc_minor);
+    STOF_TRY(check_sm90(ctx, what));
     const int splits = choice->splits < 1 ? 1 : choice->splits;
     STOF_REQUIRE(splits == 1 || (args->k % splits == 0 && args->k / splits % 64 == 0),
                  STOF_ERR_SHAPE, "%s: k = %d does not cut into %d slices of a multiple of 64", what,
@@ -167,11 +183,9 @@ static stof_status sm90_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
     fuse_config cfg;
     STOF_TRY(resolve_config(ctx, &choice->config, FUSE_TPL_GEMM_SM90, args->m, args->n,
                             args->k / splits, what, &cfg));
-    size_t bytes = fuse_lt_parts_bytes(splits, args->m, args->n);
-    STOF_REQUIRE(ws.ptr && ws.bytes >= bytes, STOF_ERR_INVALID_ARG,
-                 "%s: %d K slices of %lld x %d need %zu bytes of workspace for their partial "
-                 "sums; %zu were lent",
-                 what, splits, (long long)args->m, args->n, bytes, ws.bytes);
+    float *parts = NULL;
+    STOF_TRY(parts_in_ws(ws, splits, args->m, args->n, what, &parts));
+    const size_t bytes = fuse_lt_parts_bytes(splits, args->m, args->n);
     const size_t row_bytes = (size_t)args->m * args->n * 2;
     STOF_REQUIRE(((uintptr_t)ws.ptr & 15) == 0, STOF_ERR_INVALID_ARG,
                  "%s: the workspace for partial sums is not 16-byte aligned", what);
@@ -181,7 +195,6 @@ static stof_status sm90_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
                      !fuse_overlap(args->y, row_bytes, ws.ptr, bytes),
                  STOF_ERR_INVALID_ARG, "%s: the partial sums overlap x, w, residual or y", what);
 #ifdef STOF_HAVE_FUSE_SM90
-    float *parts = ws.ptr;
     STOF_TRY(fuse_launch_gemm_sm90_parts(ctx, &cfg, args, splits, parts));
     return fuse_launch_layernorm_parts(ctx, args->dtype, args->m, args->n, parts, splits,
                                        args->bias, args->residual, args->gamma, args->beta,
@@ -253,12 +266,8 @@ static stof_status lt_linear_res_ln(stof_ctx *ctx, const fuse_linear_args *args,
                                     const char *what)
 {
     if (splits >= 2 && gamma) {
-        size_t bytes = fuse_lt_parts_bytes(splits, args->m, args->n);
-        STOF_REQUIRE(ws.ptr && ws.bytes >= bytes, STOF_ERR_INVALID_ARG,
-                     "%s: %d K slices of %lld x %d need %zu bytes of workspace for their partial "
-                     "sums; %zu were lent",
-                     what, splits, (long long)args->m, args->n, bytes, ws.bytes);
-        float *parts = ws.ptr;
+        float *parts = NULL;
+        STOF_TRY(parts_in_ws(ws, splits, args->m, args->n, what, &parts));
         STOF_TRY(fuse_lt_gemm_parts(ctx, args, splits, parts,
                                     fuse_lt_parts_rest(ws, splits, args->m, args->n)));
         return fuse_launch_layernorm_parts(ctx, args->dtype, args->m, args->n, parts, splits,
