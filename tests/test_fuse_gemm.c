@@ -33,6 +33,7 @@ const char *fuse_test_rel_err_detail(void);
 void *fuse_test_alloc(size_t bytes);
 void fuse_test_fill(void *dev, int byte, size_t bytes);
 void fuse_test_poison(void *dev, size_t bytes);
+void fuse_test_put_bytes(void *dev, const void *host, size_t bytes);
 void fuse_test_copy(void *dst, const void *src, size_t bytes);
 void fuse_test_put(void *dev, const float *host, int64_t n, stof_dtype dtype);
 void *fuse_test_upload(const float *host, int64_t n, stof_dtype dtype);
@@ -672,6 +673,93 @@ static void test_sm90_ragged(stof_ctx *ctx, test_rng *r)
     }
 }
 
+/* Whether bytes [from, to) of dev still hold fuse_test_poison's 0xff. */
+static bool still_poisoned(const void *dev, size_t from, size_t to)
+{
+    if (to <= from) return true;
+    unsigned char *h = malloc(to - from);
+    if (!h) exit(1);
+    bool ok =
+        cudaMemcpy(h, (const char *)dev + from, to - from, cudaMemcpyDeviceToHost) == cudaSuccess;
+    for (size_t i = 0; ok && i < to - from; i++)
+        ok = h[i] == 0xff;
+    free(h);
+    return ok;
+}
+
+/*
+ * fuse_linear_args.live_rows on gemm_sm90: with *live = v, rows below v match
+ * the reference, the row tiles from the first that starts at or past v are
+ * never written (gemm_sm90's skip), and the LayerNorm of the residual segment
+ * leaves every row from v on as it was. v = 0 writes nothing.
+ */
+static void test_sm90_live_rows(stof_ctx *ctx, fuse_ws ws, test_rng *r)
+{
+    if (!sm90_runs) return;
+    shape_data s;
+    shape_make(&s, r, 384, 128);
+    const int64_t t = s.t;
+    const int H = s.hidden, I = s.inter;
+    int32_t *live = fuse_test_alloc(sizeof(int32_t));
+    float *ref_g1 = fuse_test_alloc((size_t)t * I * 4),
+          *ref_ln = fuse_test_alloc((size_t)t * H * 4);
+    fuse_test_put(ref_g1, s.g1, t * I, STOF_F32);
+    fuse_test_put(ref_ln, s.ref_ln, t * H, STOF_F32);
+    void *y = fuse_test_alloc((size_t)t * I * 2);
+    int count = 0;
+    const fuse_config *list = fuse_config_list(FUSE_TPL_GEMM_SM90, &count);
+    const fuse_config cfgs[2] = {fuse_config_sm90_small(), list[0]};
+    static const int32_t values[] = {0, 1, 20, 64, 65, 100, 128};
+    for (int di = 0; di < 2; di++) {
+        stof_dtype dt = dtypes[di];
+        dev_data d;
+        dev_make(&d, &s, dt);
+        for (size_t vi = 0; vi < sizeof values / sizeof values[0]; vi++) {
+            const int32_t v = values[vi];
+            fuse_test_put_bytes(live, &v, sizeof v);
+            fuse_linear_args a = {0};
+            a.dtype = dt;
+            a.m = t;
+            a.live_rows = live;
+            a.w_ready = vi % 2 == 1;
+            char name[96], label[240];
+            for (int ci = 0; ci < 2; ci++) { /* x w1^T + b1 */
+                a.n = I, a.k = H, a.x = d.x, a.w = d.w1, a.bias = d.b1, a.act = FUSE_ACT_NONE;
+                a.y = y;
+                fuse_config_format(&cfgs[ci], name, sizeof name);
+                snprintf(label, sizeof label, "live rows %d of %lld, %dx%d %s [%s]", (int)v,
+                         (long long)t, I, H, stof_dtype_name(dt), name);
+                fuse_test_poison(y, (size_t)t * I * 2);
+                fuse_choice c = {FUSE_PATH_STOF, cfgs[ci], 0, 0};
+                stof_status st = fuse_linear_act(ctx, &c, &a, ws);
+                if (v > 0) expect_close(label, FAM_SM90, st, y, dt, ref_g1, (int64_t)v * I, I);
+                int64_t bm = cfgs[ci].block_m, skip_from = (v + bm - 1) / bm * bm;
+                CHECK(st == STOF_OK &&
+                          still_poisoned(y, (size_t)skip_from * I * 2, (size_t)t * I * 2),
+                      "%s: rows from %lld on were written", label, (long long)skip_from);
+            }
+            for (int splits = 1; splits <= 4; splits++) { /* LN(z w2^T + b2 + res) */
+                a.n = H, a.k = I, a.x = d.z, a.w = d.w2, a.bias = d.b2, a.act = FUSE_ACT_NONE;
+                a.residual = d.res, a.gamma = d.gamma, a.beta = d.beta, a.eps = EPS, a.y = y;
+                snprintf(label, sizeof label, "live rows %d of %lld, res_ln %dx%d %s k/%d", (int)v,
+                         (long long)t, H, I, stof_dtype_name(dt), splits);
+                fuse_test_poison(y, (size_t)t * H * 2);
+                fuse_choice c = {FUSE_PATH_STOF, cfgs[0], 0, splits};
+                stof_status st = fuse_linear_res_ln(ctx, &c, &a, ws);
+                if (v > 0) expect_close(label, FAM_SM90_LN, st, y, dt, ref_ln, (int64_t)v * H, H);
+                CHECK(st == STOF_OK && still_poisoned(y, (size_t)v * H * 2, (size_t)t * H * 2),
+                      "%s: rows from %d on were written", label, (int)v);
+            }
+        }
+        dev_free(&d);
+    }
+    cudaFree(live);
+    cudaFree(ref_g1);
+    cudaFree(ref_ln);
+    cudaFree(y);
+    shape_free(&s);
+}
+
 /* y == residual (linear + LN) and y == x == residual (FFN): the in-place forms. */
 static void test_in_place(stof_ctx *ctx, fuse_ws ws, test_rng *r)
 {
@@ -903,6 +991,7 @@ int main(void)
     test_cache_and_refusals(ctx, ws);
     test_odd_shapes(ctx, ws, &r);
     test_sm90_ragged(ctx, &r);
+    test_sm90_live_rows(ctx, ws, &r);
     test_in_place(ctx, ws, &r);
     for (size_t hi = 0; hi < sizeof hiddens / sizeof hiddens[0]; hi++)
         for (size_t ti = 0; ti < sizeof token_counts / sizeof token_counts[0]; ti++)

@@ -420,17 +420,30 @@ static void graph_runs(const models *mm, const run_case *rc, const stof_forward_
     const int32_t *tp = rc->types ? types : NULL;
     char what[160];
     int before = enc_gpu_graphs_captured(mm->gpu->gpu);
-    for (int k = 0; k < 4; k++) {
+    int64_t ahead = enc_gpu_launched_ahead(mm->gpu->gpu);
+    for (int k = 0; k < 6; k++) {
         snprintf(what, sizeof what, "%s B=%d L=%d %s graph run %d%s", label, B, L,
-                 rc->mask ? rc->mask : "-", k, k == 3 ? ", device inputs" : "");
-        check_forward_against(mm, fp, B, L, ids, tp, eff, rc->lengths_null, k == 3, ref_h, ref_p,
+                 rc->mask ? rc->mask : "-", k, k >= 3 ? ", device inputs" : "");
+        check_forward_against(mm, fp, B, L, ids, tp, eff, rc->lengths_null, k >= 3, ref_h, ref_p,
                               tol, what);
     }
     bool textual = !rc->mask || strcmp(rc->mask, "dense:heads") != 0;
-    /* The first two runs of this case were kernel by kernel (eager); these four
-     * see the bucket again: the first of them captures it. */
+    /* The first two runs of this case were kernel by kernel (eager); these
+     * see the bucket again: the first of them captures it. A small batch of
+     * device inputs has a bucket of its own (B * L rows): the first device run
+     * goes kernel by kernel, the second captures, the third is launched ahead
+     * of the scan's read back. */
     CHECK(!textual || enc_gpu_graphs_captured(mm->gpu->gpu) >= (before > 0 ? before : 1),
           "%s: no CUDA graph was captured", what);
+    /* When the host runs' bucket is B * L rows too, its graph serves all three. */
+    int64_t T = 0, BL = (int64_t)B * L;
+    for (int b = 0; b < B; b++)
+        T += eff[b];
+    int64_t host_rows = tune_token_bucket(T) < BL ? tune_token_bucket(T) : BL;
+    int want = !textual || BL > ENC_FIXED_ROWS ? 0 : host_rows == BL ? 3 : 1;
+    CHECK(enc_gpu_launched_ahead(mm->gpu->gpu) - ahead == want,
+          "%s: %lld forwards launched ahead of the read back (want %d)", what,
+          (long long)(enc_gpu_launched_ahead(mm->gpu->gpu) - ahead), want);
     if (B > 1 && (!rc->mask || !strstr(rc->mask, "random"))) {
         int64_t row = (int64_t)L * H;
         int32_t *rids = xmalloc(sizeof(int32_t) * (size_t)B * L),
@@ -750,6 +763,74 @@ static void test_shapes(test_rng *r)
     free_pair(&mm);
 }
 
+/* Half elements of a device tensor as f32. */
+static void half_to_f32(const uint16_t *h, int64_t n, float *out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = stof_f16_to_f32(h[i]);
+}
+
+/*
+ * test_gpu_misuse's batch (2 x 8, device ids and attention mask) without
+ * fp->eager: the third forward is launched ahead of the scan's read back. A
+ * bad id or mask value found by the scan then still fails the forward with
+ * the scan's message after the layers have run on the clamped inputs, and
+ * the next good forward gives want (the eager result: other rows, so a
+ * tolerance, not bit equality) in an output poisoned before it.
+ */
+static void misuse_ahead(stof_model *m, const stof_forward_params *eager, int32_t *ids, int64_t *am,
+                         int32_t *d_ids, int64_t *d_am, stof_tensor *t_hid, const uint16_t *want)
+{
+    enum { B = 2, L = 8, H = 64, N = B * L * H };
+    stof_forward_params fp = *eager;
+    fp.eager = 0;
+    int64_t ahead = enc_gpu_launched_ahead(m->gpu);
+    uint16_t got[N];
+    float fw[N], fg[N];
+    half_to_f32(want, N, fw);
+    int64_t s_ids[2] = {B, L};
+    stof_tensor dt_ids = stof_tensor_make(d_ids, STOF_I32, STOF_MEM_DEVICE, 2, s_ids);
+    for (int k = 0; k < 3; k++)
+        CHECK_OK(stof_model_forward(m, &fp, &dt_ids, NULL, NULL, t_hid, NULL));
+    CHECK(enc_gpu_launched_ahead(m->gpu) == ahead + 1,
+          "the third device forward of (2, 8) was not launched ahead of the read back");
+    static const struct {
+        bool id; /* else the attention mask */
+        int at;
+        int64_t bad;
+        const char *msg;
+    } bad[] = {
+        {true, 1 * L + 3, 150, "ids[1, 3] = 150 is outside the vocabulary [0, 150)"},
+        {false, 1 * L + 6, 1, "attention_mask row 1 has a 1 at 6 after a 0 at 5"},
+        {false, 0 * L + 2, 7, "attention_mask[0, 2] = 7; it must hold only 0 and 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int at = bad[i].at;
+        int64_t keep = bad[i].id ? ids[at] : am[at];
+        for (int pass = 0; pass < 2; pass++) { /* set the bad value, then restore */
+            int64_t v = pass == 0 ? bad[i].bad : keep;
+            if (bad[i].id)
+                ids[at] = (int32_t)v;
+            else
+                am[at] = v;
+            to_dev(d_ids, ids, sizeof(int32_t) * B * L);
+            to_dev(d_am, am, sizeof(int64_t) * B * L);
+            if (pass == 0)
+                CHECK_FAIL(stof_model_forward(m, &fp, &dt_ids, NULL, NULL, t_hid, NULL),
+                           STOF_ERR_INVALID_ARG, bad[i].msg);
+        }
+    }
+    CHECK(enc_gpu_launched_ahead(m->gpu) == ahead + 4,
+          "the forwards with bad inputs were not launched ahead of the read back");
+    cudaMemset(t_hid->data, 0xff, sizeof got);
+    CHECK_OK(stof_model_forward(m, &fp, &dt_ids, NULL, NULL, t_hid, NULL));
+    CHECK_OK(stof_ctx_synchronize(g_gpu));
+    to_host(got, t_hid->data, sizeof got);
+    half_to_f32(got, N, fg);
+    double e = test_rel_err(fg, fw, N);
+    CHECK(e < 2e-3, "a good forward after refused ones differs from the eager one: %.3e", e);
+}
+
 static void test_gpu_misuse(test_rng *r)
 {
     char path[1024];
@@ -840,6 +921,7 @@ static void test_gpu_misuse(test_rng *r)
     CHECK(memcmp(want, got, sizeof want) == 0, "a device attention mask gives another result");
     CHECK_FAIL(stof_model_forward(m, &fp, &dt_ids, &t_len, NULL, &t_hid, NULL),
                STOF_ERR_INVALID_ARG, "not both");
+    misuse_ahead(m, &fp, ids, am, d_ids, d_am, &t_hid, want);
     am[1 * L + 6] = 1; /* 1 1 1 1 1 0 1 0 */
     to_dev(d_am, am, sizeof am);
     CHECK_FAIL(stof_model_forward(m, &fp, &dt_ids, NULL, NULL, &t_hid, NULL),

@@ -51,6 +51,8 @@ stof_status stof_cuda_status(int cuda_err, const char *what, const char *file, i
 
 enum { STOF_LOG_DEBUG = 0, STOF_LOG_INFO = 1, STOF_LOG_WARN = 2 };
 void stof_log(int level, const char *fmt, ...) STOF_PRINTF(2, 3);
+/* Whether stof_log prints at this level (to skip formatting what it would drop). */
+bool stof_log_on(int level);
 
 /* ---- context */
 

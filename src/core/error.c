@@ -67,9 +67,14 @@ static int log_threshold(void)
     return level;
 }
 
+bool stof_log_on(int level)
+{
+    return level >= log_threshold();
+}
+
 void stof_log(int level, const char *fmt, ...)
 {
-    if (level < log_threshold()) return;
+    if (!stof_log_on(level)) return;
     static const char *names[] = {"debug", "info", "warn"};
     va_list ap;
     va_start(ap, fmt);

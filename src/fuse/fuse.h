@@ -138,6 +138,11 @@ typedef struct fuse_linear_args {
     bool w_ready;             /* w was complete before the previous kernel of the stream
                                  started (model weights): gemm_sm90 loads it while that
                                  kernel runs */
+    const int32_t *live_rows; /* device int in [0, m], written before the previous kernel
+                                 of the stream started, or NULL: rows at or past it are
+                                 not needed. gemm_sm90 skips its row tiles that start
+                                 there and its LayerNorm those rows (left as they were);
+                                 other paths compute them */
 } fuse_linear_args;
 
 /* The feed-forward block y = LN(act(x w1^T + b1) w2^T + b2 + residual). */

@@ -44,8 +44,8 @@
  * complete before the previous kernel started (fuse_linear_args.w_ready:
  * model weights), the producer requests w for every stage of its first work
  * item before it waits for the previous grid, and x after. Kernels in front
- * of it that call stof_grid_launch_dependents early (the LayerNorm,
- * attention, this kernel before its epilogue) thus hide the weight reads
+ * of it that call stof_grid_launch_dependents early (the embeddings, the
+ * LayerNorm, attention, this kernel before its epilogue) thus hide the weight reads
  * behind their own run. With fp32 partial sums as output (parts), the work
  * items are (tile, K slice) pairs, each slice a multiple of 64 deep: the
  * residual + LayerNorm segments' GEMM, whose slices the LayerNorm kernel adds
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_x,
                      const __grid_constant__ CUtensorMap map_w, const T *__restrict__ bias,
                      T *__restrict__ y, int64_t m, int n, int k, int act, int w_ready,
-                     int kslice, float *__restrict__ parts)
+                     int kslice, float *__restrict__ parts, const int32_t *__restrict__ live)
 {
     typedef sm90_traits<BN, WG, STAGES> G;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -275,6 +275,10 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
     const int items = parts ? tiles * (k / kslice) : tiles;
     const int ktiles = ((parts ? kslice : k) + 63) / 64;
     const int wg = threadIdx.x >> 7;
+    /* Row tiles from *live on are not needed: their items are skipped alike by
+     * the producer and the consumers (live was written before the previous
+     * kernel started, so it is read before the grid dependency). */
+    const int64_t live_rows = live ? (int64_t)*live : m;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
@@ -294,10 +298,9 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
         /* Weights the previous kernel cannot be writing go up first, into
          * every stage of the first work item, while that kernel still runs
          * (PDL); x only once it has finished. */
-        int early = 0;
-        if (w_ready && (int)blockIdx.x < items) {
-            int tm, tn;
-            tile_coords((int)blockIdx.x % tiles, tiles_m, tiles_n, tm, tn);
+        int early = 0, tm = 0, tn = 0;
+        if ((int)blockIdx.x < items) tile_coords((int)blockIdx.x % tiles, tiles_m, tiles_n, tm, tn);
+        if (w_ready && (int)blockIdx.x < items && (int64_t)tm * G::BM < live_rows) {
             const int k0 = (int)blockIdx.x / tiles * kslice;
             early = min(ktiles, STAGES);
             for (int kt = 0; kt < early; kt++) {
@@ -310,8 +313,8 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
         int stage = 0;
         uint32_t phase = 0;
         for (int item = blockIdx.x; item < items; item += gridDim.x, early = 0) {
-            int tm, tn;
             tile_coords(item % tiles, tiles_m, tiles_n, tm, tn);
+            if ((int64_t)tm * G::BM >= live_rows) continue;
             const int k0 = item / tiles * kslice;
             for (int kt = 0; kt < ktiles; kt++) {
                 const int kc = k0 + kt * 64;
@@ -347,6 +350,7 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
         int tm, tn;
         tile_coords(item % tiles, tiles_m, tiles_n, tm, tn);
+        if ((int64_t)tm * G::BM >= live_rows) continue;
         int prev = 0;
         for (int kt = 0; kt < ktiles; kt++) {
             mbar_wait(full + 8 * stage, phase);
@@ -413,7 +417,7 @@ static stof_status launch_gemm_sm90(stof_ctx *ctx, const fuse_linear_args *a, in
     static int opted[64];
     static int resident[64]; /* CTAs per SM, per device */
     void (*kernel)(const CUtensorMap, const CUtensorMap, const T *, T *, int64_t, int, int, int,
-                   int, int, float *) = gemm_sm90_kernel<T, BN, WG, STAGES>;
+                   int, int, float *, const int32_t *) = gemm_sm90_kernel<T, BN, WG, STAGES>;
     STOF_CUDA_TRY(smem_opt_in(kernel, G::SMEM, ctx->gpu_index, opted));
     const int dev = ctx->gpu_index;
     int per_sm = dev >= 0 && dev < 64 ? resident[dev] : 0;
@@ -441,7 +445,9 @@ static stof_status launch_gemm_sm90(stof_ctx *ctx, const fuse_linear_args *a, in
     int64_t m = a->m;
     int n = a->n, k = a->k, act = (int)a->act, w_ready = a->w_ready;
     int kslice = parts ? a->k / splits : a->k;
-    void *args[] = {&map_x, &map_w, &bias, &y, &m, &n, &k, &act, &w_ready, &kslice, &parts};
+    const int32_t *live = a->live_rows;
+    void *args[] = {&map_x, &map_w, &bias, &y,      &m,     &n,
+                    &k,     &act,   &w_ready, &kslice, &parts, &live};
     return STOF_CUDA(stof_launch_pdl(true, (const void *)kernel, dim3(grid), dim3(G::THREADS),
                                      args, G::SMEM, (cudaStream_t)ctx->stream));
 }

@@ -56,11 +56,12 @@ stof_status fuse_launch_layernorm(stof_ctx *ctx, stof_dtype dtype, int64_t rows,
                                   const void *x, const void *bias, const void *residual,
                                   const void *gamma, const void *beta, float eps, void *y);
 /* The same over the sum of count fp32 planes of rows x cols (a split GEMM's
- * partial sums, plane p at parts + p * rows * cols). */
+ * partial sums, plane p at parts + p * rows * cols); rows at or past *live
+ * (fuse_linear_args.live_rows; NULL: rows) are left as they were. */
 stof_status fuse_launch_layernorm_parts(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int cols,
                                         const float *parts, int count, const void *bias,
                                         const void *residual, const void *gamma, const void *beta,
-                                        float eps, void *y);
+                                        float eps, void *y, const int32_t *live);
 stof_status fuse_launch_embeddings(stof_ctx *ctx, stof_dtype dtype, const fuse_embed_tables *t,
                                    const int32_t *ids, const int32_t *positions,
                                    const int32_t *types, int64_t tokens, void *out);

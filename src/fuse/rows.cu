@@ -241,7 +241,8 @@ template <> __device__ __forceinline__ void raw8_add<float>(float (&v)[8], raw8<
 template <typename T, typename X, int TPR, int VPL>
 __global__ void layernorm_kernel(const X *x, int parts, int64_t plane, const T *__restrict__ bias,
                                  const T *residual, const T *__restrict__ gamma,
-                                 const T *__restrict__ beta, T *y, int64_t rows, int cols, float eps)
+                                 const T *__restrict__ beta, T *y, int64_t rows, int cols, float eps,
+                                 const int32_t *live)
 {
     constexpr int Q = sizeof(X) == 4 ? 4 : 1; /* planes loaded together */
     __shared__ float red[TPR / 32];
@@ -252,7 +253,7 @@ __global__ void layernorm_kernel(const X *x, int parts, int64_t plane, const T *
     /* The next GEMM (gemm_sm90) may start loading its weights now. */
     stof_grid_launch_dependents();
     stof_grid_wait(); /* launched with PDL after the GEMM that wrote x */
-    if (row >= rows) return; /* a whole row group leaves together */
+    if (row >= rows || (live && row >= *live)) return; /* a whole row group leaves together */
     const int nvec = cols / 8;
     const X *xr = x + row * cols;
     const T *rr = residual ? residual + row * cols : NULL;
@@ -303,7 +304,8 @@ __global__ void layernorm_kernel(const X *x, int parts, int64_t plane, const T *
 template <typename T, typename X, int TPR, int VPL>
 static stof_status launch_layernorm_tv(stof_ctx *ctx, int64_t rows, int cols, const void *x,
                                        int parts, const void *bias, const void *residual,
-                                       const void *gamma, const void *beta, float eps, void *y)
+                                       const void *gamma, const void *beta, float eps, void *y,
+                                       const int32_t *live)
 {
     const int threads = TPR == 32 ? 128 : TPR;
     const int rows_per_block = threads / TPR;
@@ -312,7 +314,7 @@ static stof_status launch_layernorm_tv(stof_ctx *ctx, int64_t rows, int cols, co
             *et = (const T *)beta;
     T *yt = (T *)y;
     int64_t plane = rows * cols;
-    void *args[] = {&xt, &parts, &plane, &bt, &rt, &gt, &et, &yt, &rows, &cols, &eps};
+    void *args[] = {&xt, &parts, &plane, &bt, &rt, &gt, &et, &yt, &rows, &cols, &eps, &live};
     STOF_CUDA_TRY(stof_launch_pdl(ctx->cc_major >= 9,
                                   (const void *)layernorm_kernel<T, X, TPR, VPL>,
                                   dim3((unsigned)stof_cdiv(rows, rows_per_block)), dim3(threads),
@@ -323,13 +325,14 @@ static stof_status launch_layernorm_tv(stof_ctx *ctx, int64_t rows, int cols, co
 template <typename T, typename X>
 static stof_status launch_layernorm_t(stof_ctx *ctx, int64_t rows, int cols, const void *x,
                                       int parts, const void *bias, const void *residual,
-                                      const void *gamma, const void *beta, float eps, void *y)
+                                      const void *gamma, const void *beta, float eps, void *y,
+                                      const int32_t *live)
 {
     int nvec = cols / 8;
 #define LN_CASE(tpr, vpl)                                                                          \
     if (nvec <= (tpr) * (vpl))                                                                     \
         return launch_layernorm_tv<T, X, tpr, vpl>(ctx, rows, cols, x, parts, bias, residual,      \
-                                                   gamma, beta, eps, y);
+                                                   gamma, beta, eps, y, live);
     LN_CASE(32, 1)
     LN_CASE(32, 2) LN_CASE(32, 3) LN_CASE(32, 4) LN_CASE(256, 1) LN_CASE(256, 2) LN_CASE(256, 3)
         LN_CASE(256, 4)
@@ -344,22 +347,23 @@ extern "C" stof_status fuse_launch_layernorm(stof_ctx *ctx, stof_dtype dtype, in
 {
     if (dtype == STOF_BF16)
         return launch_layernorm_t<__nv_bfloat16, __nv_bfloat16>(ctx, rows, cols, x, 1, bias,
-                                                                residual, gamma, beta, eps, y);
+                                                                residual, gamma, beta, eps, y,
+                                                                NULL);
     return launch_layernorm_t<__half, __half>(ctx, rows, cols, x, 1, bias, residual, gamma, beta,
-                                              eps, y);
+                                              eps, y, NULL);
 }
 
 extern "C" stof_status fuse_launch_layernorm_parts(stof_ctx *ctx, stof_dtype dtype, int64_t rows,
                                                    int cols, const float *parts, int count,
                                                    const void *bias, const void *residual,
                                                    const void *gamma, const void *beta, float eps,
-                                                   void *y)
+                                                   void *y, const int32_t *live)
 {
     if (dtype == STOF_BF16)
         return launch_layernorm_t<__nv_bfloat16, float>(ctx, rows, cols, parts, count, bias,
-                                                        residual, gamma, beta, eps, y);
+                                                        residual, gamma, beta, eps, y, live);
     return launch_layernorm_t<__half, float>(ctx, rows, cols, parts, count, bias, residual, gamma,
-                                             beta, eps, y);
+                                             beta, eps, y, live);
 }
 
 /* ---------------------------------------------------------------- embeddings */
@@ -374,6 +378,8 @@ __global__ void embeddings_kernel(const int32_t *__restrict__ ids,
     const int64_t row = (int64_t)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
     const int lane = threadIdx.x % TPR;
     const int cols = tb.hidden, nvec = cols / 8;
+    /* The next GEMM (gemm_sm90, PDL) may start loading its weights now. */
+    stof_grid_launch_dependents();
     if (row >= tokens) return;
     ln_params<VPL> p; /* issued with the table loads below */
     ln_params_load<T, TPR, VPL>(p, lane, cols, (const T *)tb.gamma, (const T *)tb.beta);

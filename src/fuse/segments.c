@@ -198,7 +198,7 @@ static stof_status sm90_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
     STOF_TRY(fuse_launch_gemm_sm90_parts(ctx, &cfg, args, splits, parts));
     return fuse_launch_layernorm_parts(ctx, args->dtype, args->m, args->n, parts, splits,
                                        args->bias, args->residual, args->gamma, args->beta,
-                                       args->eps, args->y);
+                                       args->eps, args->y, args->live_rows);
 #else
     return stof_error(STOF_ERR_INTERNAL, "%s: no sm_90a kernels to run", what);
 #endif
@@ -272,7 +272,7 @@ static stof_status lt_linear_res_ln(stof_ctx *ctx, const fuse_linear_args *args,
                                     fuse_lt_parts_rest(ws, splits, args->m, args->n)));
         return fuse_launch_layernorm_parts(ctx, args->dtype, args->m, args->n, parts, splits,
                                            args->bias, residual, args->gamma, args->beta, args->eps,
-                                           args->y);
+                                           args->y, NULL);
     }
     STOF_TRY(fuse_lt_gemm(ctx, args, FUSE_ACT_NONE, residual, ws));
     if (!gamma) return STOF_OK;

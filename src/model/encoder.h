@@ -45,6 +45,7 @@ typedef struct enc_request {
     stof_tensor *pooled;        /* F32 [B, hidden], contiguous, or NULL */
     bool eager;                 /* GPU: launch kernel by kernel, no CUDA graph */
     bool packed;                /* GPU: enc_gpu_scan packed the inputs on the device (see there) */
+    bool computed;              /* GPU: enc_gpu_scan also launched the layers (see there) */
     const struct tune_plan *plan; /* GPU: run this plan (the tuner's candidates); NULL: the
                                      tuning cache's, else the rules */
 } enc_request;
@@ -85,10 +86,14 @@ stof_status enc_gpu_forward(stof_model *m, const enc_request *r);
  * types, if any) are in device memory, the kernels ahead of the read back
  * also pack the forward's inputs (cu_seqlens, ids, types, positions) from the
  * scan's lengths, and *packed says so: nothing is left to upload once the
- * host has the lengths.
+ * host has the lengths. A small batch of such inputs computes a fixed B * L
+ * rows (encoder_gpu.c, "Small batches"); once its CUDA graph is captured the
+ * graph is launched ahead of the read back too, and *computed says so: the
+ * forward has only its outputs left to write. r->mask, r->types, r->eager and
+ * r->plan must be set.
  */
 stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor *mask,
-                         const stof_tensor *lengths, int32_t *lens, bool *packed);
+                         const stof_tensor *lengths, int32_t *lens, bool *packed, bool *computed);
 /* Whether the GPU path can run this model (head dim, widths); the message says why not. */
 stof_status enc_gpu_supports(const bert_config *c);
 /* Where tuned plans come from: path (NULL or "": the default file), or none when off. */
@@ -109,6 +114,10 @@ stof_status enc_gpu_mask_tiles(stof_model *m, int batch, int len, const int32_t 
 stof_status enc_gpu_lt_algos(stof_model *m, int seg, int64_t rows, int *count);
 /* Buckets that hold a captured CUDA graph (for tests). */
 int enc_gpu_graphs_captured(const enc_gpu *g);
+/* Forwards whose graph was launched ahead of the input scan's read back (for tests). */
+int64_t enc_gpu_launched_ahead(const enc_gpu *g);
+/* B * L up to which a batch of device inputs computes B * L rows (encoder_gpu.c). */
+#define ENC_FIXED_ROWS 128
 
 /* ---- encoder_kernels.cu (enqueued on ctx->stream; arguments trusted) */
 
@@ -152,16 +161,25 @@ stof_status enc_scan_inputs(stof_ctx *ctx, const enc_scan_args *a);
  * (their prefix sums), and at row cu[b] + i of ids, types and pos the id, the
  * type and i for every i < lens[b]; rows from cu[B] up to B * L hold token 0,
  * type 0 at position 0. ids and types are contiguous device [B, L] I32 or I64
- * tensors (types NULL: out_types is not written). */
+ * tensors (types NULL: out_types is not written). An id outside [0, vocab)
+ * or a type outside [0, type_vocab) is packed as 0: the report names it, and
+ * kernels that run before the host reads the report never index a table with
+ * it. */
 typedef struct enc_pack_args {
     int batch, len;
     const int32_t *report; /* device [B][ENC_SCAN_WORDS] */
     const void *ids, *types;
     stof_dtype ids_dtype, types_dtype;
+    int vocab, type_vocab;
     int32_t *cu, *lens, *out_ids, *out_types, *out_pos; /* out_*: B * L rows each */
 } enc_pack_args;
 
 stof_status enc_pack_inputs(stof_ctx *ctx, const enc_pack_args *a);
+/* Whether enc_scan_pack takes a batch of B sequences of L tokens (one CTA). */
+bool enc_scan_pack_fits(int batch, int len);
+/* enc_scan_inputs and then enc_pack_inputs in one kernel of one CTA, for a
+ * batch enc_scan_pack_fits; p->report is a->report. */
+stof_status enc_scan_pack(stof_ctx *ctx, const enc_scan_args *a, const enc_pack_args *p);
 /* dst[cu[b] + i] = src[b, i] as I32 for the real tokens of each sequence; src
  * is a contiguous device [B, L] I32 or I64 tensor; rows at or past cap are
  * never written. */

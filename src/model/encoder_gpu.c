@@ -49,21 +49,35 @@
  * depends only on (B, L, Tb, the mask's text, whether token types are given,
  * the layer plan): the first forward of such a bucket runs kernel by kernel,
  * the second captures the mask build (a reusable mask reading the lengths
- * from the device inputs) and every layer, and later ones replay it. Inputs go
+ * from the device inputs; a branch of the graph beside the embeddings and
+ * the first QKV GEMM, joining at the first attention: at BERT-base (1, 128)
+ * its two kernels took 7.8 us ahead of the embeddings) and every layer, and
+ * later ones replay it. Inputs go
  * up before the launch and outputs come out after it, so nothing the caller
  * owns is baked into a graph. Masks whose text does not describe them (dense
  * tensors, per-head layouts), a stream that is already capturing, and
  * forwards that ask for it run kernel by kernel.
  *
- * Measured on an H200 and left out: letting small batches of device inputs
- * (B * L <= 512) skip the host's wait for the input scan, the graph always
- * computing B * L rows, a one-CTA kernel deriving cu_seqlens, positions and
- * packed ids on the device, and the scan's report read back while the graph
- * runs. With one fixed input it saved 7-14 us a call at BERT-base (1, 128)
- * (0.479-0.489 against 0.490-0.498 ms from Python); but B * L rows instead of
- * the bucket of T cost more than that on batches that are not full:
- * compare_encoder's (1, 128) row (lengths uniform in [64, 128]) measured
- * 0.548 ms against 0.493 ms in the run of record.
+ * Small batches. A forward whose ids (and types) are in device memory waits
+ * for the input scan's report before it can name the bucket of its token
+ * count; at B * L <= ENC_FIXED_ROWS it computes B * L rows instead, so its
+ * graph does not depend on the lengths, and once that graph is captured it is
+ * launched right behind the packing kernels, before the host waits for the
+ * report (launch_ahead): the GPU goes from the scan straight into the layers
+ * while the host checks the report. The GEMM segments on gemm_sm90 read T on
+ * the device and skip their row tiles past it, their LayerNorms those rows
+ * (fuse_linear_args.live_rows), so that B * L rows cost what the bucket of T
+ * costs; rows past T are left as they were, never read back. A batch of at
+ * most 1024 elements is scanned and packed by one kernel of one CTA.
+ *
+ * Measured on an H200 and left out: the same at B * L <= 512 with cuBLASLt
+ * GEMMs saved 7-14 us a call with one fixed input at BERT-base (1, 128), but
+ * B * L rows instead of the bucket of T cost more than that on batches that
+ * are not full (compare_encoder's (1, 128) row: 0.548 ms against 0.493 ms).
+ * And choosing the bucket on the device, one graph holding every bucket's
+ * layers as the bodies of a switch node that a kernel behind the scan sets:
+ * the switch node alone added 8-9 us a launch (100 kernels of a body: 0.148
+ * ms against 0.139 ms as a plain graph), most of what skipping the wait saves.
  */
 #include "model/encoder.h"
 
@@ -98,6 +112,17 @@ typedef struct enc_graph {
     cudaGraphExec_t exec;
     uint64_t last_use;
 } enc_graph;
+
+/* The graph the last forward launched ahead of the scan's read back found for
+ * a batch of this shape with the model's full mask: the next one of that
+ * shape skips the mask formatting, the plan lookup and the graph search while
+ * the scan runs. Valid while gen equals enc_gpu.gen. */
+typedef struct enc_ahead_memo {
+    bool valid, has_types;
+    int batch, len;
+    uint64_t gen;
+    enc_graph *graph;
+} enc_ahead_memo;
 
 /* A remembered tuning-cache lookup. */
 typedef struct enc_plan_memo {
@@ -138,7 +163,12 @@ struct enc_gpu {
     int32_t *host_report_dev; /* host_report as the device writes it (mapped), or NULL: copied */
     enc_graph graphs[ENC_GRAPHS];
     uint64_t clock;
+    int64_t ahead; /* forwards launched ahead of the scan's read back */
+    enc_ahead_memo ahead_memo;
+    uint64_t gen;         /* bumped whenever a graph slot or a remembered plan changes */
     void *capture_stream; /* cudaStream_t graphs are captured on (made on first use) */
+    void *mask_stream;    /* and the one a graph's mask rebuild branches off to */
+    void *fork_event, *mask_event; /* the branch's start and end in a capture */
     /* tuning cache: loaded at the first forward that looks for a plan */
     char cache_path[1024];
     bool cache_off, cache_loaded;
@@ -151,6 +181,8 @@ struct enc_gpu {
 typedef struct dev_inputs {
     int32_t *cu, *lens, *ids, *types, *pos; /* types NULL: all type 0 */
     int64_t rows;                            /* Tb: rows computed (>= the T real tokens) */
+    const int32_t *live; /* fixed rows (B * L): cu + B, T on the device, for the GEMM
+                            segments to skip row tiles past it; NULL otherwise */
 } dev_inputs;
 
 static size_t align256(size_t n)
@@ -282,8 +314,9 @@ stof_status enc_gpu_create(stof_model *m)
     return STOF_OK;
 }
 
-static void graph_release(enc_graph *e)
+static void graph_release(enc_gpu *g, enc_graph *e)
 {
+    g->gen++;
     if (e->exec) cudaGraphExecDestroy(e->exec);
     stof_mask_destroy(e->mask);
     free(e->mask_text);
@@ -294,7 +327,7 @@ static void graph_release(enc_graph *e)
 static void graphs_drop(enc_gpu *g)
 {
     for (int i = 0; i < ENC_GRAPHS; i++)
-        if (g->graphs[i].used) graph_release(&g->graphs[i]);
+        if (g->graphs[i].used) graph_release(g, &g->graphs[i]);
 }
 
 void enc_gpu_destroy(enc_gpu *g)
@@ -302,6 +335,9 @@ void enc_gpu_destroy(enc_gpu *g)
     if (!g) return;
     graphs_drop(g);
     if (g->capture_stream) cudaStreamDestroy((cudaStream_t)g->capture_stream);
+    if (g->mask_stream) cudaStreamDestroy((cudaStream_t)g->mask_stream);
+    if (g->fork_event) cudaEventDestroy((cudaEvent_t)g->fork_event);
+    if (g->mask_event) cudaEventDestroy((cudaEvent_t)g->mask_event);
     tune_cache_free(g->cache);
     if (g->weights) stof_dev_free(g->ctx, g->weights);
     if (g->ws) stof_dev_free(g->ctx, g->ws);
@@ -480,6 +516,8 @@ static stof_status upload_inputs(stof_model *m, const enc_request *r, int64_t ro
     return STOF_OK;
 }
 
+static stof_status launch_ahead(stof_model *m, const enc_request *r, bool *computed);
+
 static long long get64(const int32_t *w)
 {
     return (long long)(((uint64_t)(uint32_t)w[1] << 32) | (uint32_t)w[0]);
@@ -509,11 +547,12 @@ static stof_status scan_problem(const stof_model *m, const enc_request *r, int b
 }
 
 stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor *mask,
-                         const stof_tensor *lengths, int32_t *lens, bool *packed)
+                         const stof_tensor *lengths, int32_t *lens, bool *packed, bool *computed)
 {
     enc_gpu *g = m->gpu;
     int B = r->batch;
     *packed = false;
+    *computed = false;
     STOF_REQUIRE(B <= 65535, STOF_ERR_UNSUPPORTED,
                  "batch %d: the GPU encoder takes at most 65535 sequences", B);
     if (B == 0) return STOF_OK;
@@ -547,22 +586,15 @@ stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor 
     a.vocab = m->info.vocab;
     a.type_vocab = m->info.type_vocab;
     a.report_host = g->host_report_dev;
-    STOF_TRY(enc_scan_inputs(m->ctx, &a));
-    if (!a.report_host) {
-        size_t bytes = (size_t)B * ENC_SCAN_WORDS * sizeof(int32_t);
-        STOF_CUDA_TRY(cudaMemcpyAsync(g->host_report, g->report, bytes, cudaMemcpyDeviceToHost, s));
-    }
-    STOF_TRY(event_once(&g->report_event));
-    STOF_CUDA_TRY(cudaEventRecord((cudaEvent_t)g->report_event, s));
-    /* With every token input on the device, the packing is queued behind the
-     * read back and runs while the host checks the report, instead of after
-     * it: the host waits for the report alone. */
+    /* With every token input on the device, the inputs are packed there from
+     * the scan's lengths, queued ahead of the read back: the host waits for
+     * the report alone. */
     bool pack =
         r->ids->memory == STOF_MEM_DEVICE && (!r->types || r->types->memory == STOF_MEM_DEVICE);
+    enc_pack_args p;
+    memset(&p, 0, sizeof p);
     if (pack) {
         dev_inputs v = input_views(g, B, r->len);
-        enc_pack_args p;
-        memset(&p, 0, sizeof p);
         p.batch = B;
         p.len = r->len;
         p.report = g->report;
@@ -570,13 +602,24 @@ stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor 
         p.ids_dtype = a.ids_dtype;
         p.types = a.types;
         p.types_dtype = a.types_dtype;
+        p.vocab = a.vocab;
+        p.type_vocab = a.type_vocab;
         p.cu = v.cu;
         p.lens = v.lens;
         p.out_ids = v.ids;
         p.out_types = v.types;
         p.out_pos = v.pos;
-        STOF_TRY(enc_pack_inputs(m->ctx, &p));
     }
+    bool one = pack && enc_scan_pack_fits(B, r->len);
+    STOF_TRY(one ? enc_scan_pack(m->ctx, &a, &p) : enc_scan_inputs(m->ctx, &a));
+    if (!a.report_host) {
+        size_t bytes = (size_t)B * ENC_SCAN_WORDS * sizeof(int32_t);
+        STOF_CUDA_TRY(cudaMemcpyAsync(g->host_report, g->report, bytes, cudaMemcpyDeviceToHost, s));
+    }
+    STOF_TRY(event_once(&g->report_event));
+    STOF_CUDA_TRY(cudaEventRecord((cudaEvent_t)g->report_event, s));
+    if (pack && !one) STOF_TRY(enc_pack_inputs(m->ctx, &p));
+    if (pack) STOF_TRY(launch_ahead(m, r, computed));
     STOF_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)g->report_event));
     for (int b = 0; b < B; b++) {
         const int32_t *w = g->host_report + (int64_t)b * ENC_SCAN_WORDS;
@@ -811,6 +854,7 @@ static void describe_choice(const fuse_choice *c, char *out, size_t cap)
 
 static void describe_plan(const layer_plan *p, int64_t T, const char *source)
 {
+    if (!stof_log_on(STOF_LOG_DEBUG)) return;
     char a[96], b[96], c[96], d[96];
     describe_choice(&p->qkv, a, sizeof a);
     describe_choice(&p->out, b, sizeof b);
@@ -871,12 +915,13 @@ stof_status enc_gpu_tune_key(stof_model *m, int batch, int len, int64_t tokens,
 
 /* The tuned plan of this forward's bucket when the cache has one. A cache that
  * cannot be read is a warning (once), never an error of the forward. */
-static bool plan_lookup(stof_model *m, const enc_request *r, const char *text, tune_plan *out)
+static bool plan_lookup(stof_model *m, const enc_request *r, int64_t rows, const char *text,
+                        tune_plan *out)
 {
     enc_gpu *g = m->gpu;
     if (!text) return false;
     tune_key key;
-    fill_key(m, r->batch, r->len, r->tokens, text, &key);
+    fill_key(m, r->batch, r->len, rows, text, &key);
     for (int i = 0; i < ENC_PLANS; i++) {
         enc_plan_memo *e = &g->memo[i];
         if (e->used && tune_key_equal(&e->key, &key)) {
@@ -912,6 +957,7 @@ stof_status enc_gpu_tune_cache_path(const enc_gpu *g, char *buf, size_t cap)
 
 void enc_gpu_remember_plan(enc_gpu *g, const tune_key *key, const tune_plan *plan)
 {
+    g->gen++;
     enc_plan_memo *e = NULL;
     for (int i = 0; i < ENC_PLANS && !e; i++)
         if (g->memo[i].used && tune_key_equal(&g->memo[i].key, key)) e = &g->memo[i];
@@ -943,6 +989,7 @@ void enc_gpu_set_tune_cache(enc_gpu *g, const char *path, bool off)
     }
     memset(g->memo, 0, sizeof g->memo);
     g->memo_next = 0;
+    g->gen++;
 }
 
 /* The plan of one forward: the request's own, the tuning cache's, or the rules. */
@@ -954,7 +1001,7 @@ static layer_plan plan_for(stof_model *m, const enc_request *r, int64_t rows, co
     if (r->plan) {
         p = plan_from_tune(r->plan);
         source = "requested";
-    } else if (plan_lookup(m, r, text, &t)) {
+    } else if (plan_lookup(m, r, rows, text, &t)) {
         p = plan_from_tune(&t);
         source = "tuned";
     } else {
@@ -987,9 +1034,10 @@ static stof_status attention(stof_model *m, const enc_request *r, const dev_inpu
     return attn_attention_with(m->ctx, &ap, choice, &q, &k, &v, mask, &cu, &cu, &out);
 }
 
-static stof_status ffn(stof_model *m, const gpu_layer *w, const layer_plan *p, int64_t T)
+static stof_status ffn(stof_model *m, const gpu_layer *w, const layer_plan *p, const dev_inputs *in)
 {
     enc_gpu *g = m->gpu;
+    int64_t T = in->rows;
     const bert_config *c = &m->w.config;
     if (p->use_chain) {
         fuse_ffn_args f;
@@ -1013,33 +1061,47 @@ static stof_status ffn(stof_model *m, const gpu_layer *w, const layer_plan *p, i
         return fuse_ffn(m->ctx, &p->chain, &f, g->lt);
     }
     fuse_linear_args up = segment_args(m, w, TUNE_SEG_FFN1, T);
+    up.live_rows = in->live;
     STOF_TRY(fuse_linear_act(m->ctx, &p->ffn1, &up, g->lt));
     fuse_linear_args down = segment_args(m, w, TUNE_SEG_FFN2, T);
+    down.live_rows = in->live;
     return fuse_linear_res_ln(m->ctx, &p->ffn2, &down, g->lt);
 }
 
+/* One layer; mask_ready (a cudaEvent_t, or NULL) is recorded where the mask is
+ * complete, and attention waits for it. */
 static stof_status layer(stof_model *m, const gpu_layer *w, const layer_plan *p,
-                         const enc_request *r, const dev_inputs *in, stof_mask *mask)
+                         const enc_request *r, const dev_inputs *in, stof_mask *mask,
+                         void *mask_ready)
 {
     enc_gpu *g = m->gpu;
     int64_t T = in->rows;
     fuse_linear_args a = segment_args(m, w, TUNE_SEG_QKV, T);
+    a.live_rows = in->live;
     STOF_TRY(fuse_linear_act(m->ctx, &p->qkv, &a, g->lt));
+    if (mask_ready)
+        STOF_CUDA_TRY(
+            cudaStreamWaitEvent((cudaStream_t)m->ctx->stream, (cudaEvent_t)mask_ready, 0));
     STOF_TRY(attention(m, r, in, p, mask));
     a = segment_args(m, w, TUNE_SEG_OUT, T);
+    a.live_rows = in->live;
     STOF_TRY(fuse_linear_res_ln(m->ctx, &p->out, &a, g->lt));
-    return ffn(m, w, p, T);
+    return ffn(m, w, p, in);
 }
 
+/* Embeddings and every layer; mask_ready as for layer (the first attention waits). */
 static stof_status run_layers(stof_model *m, const enc_request *r, const dev_inputs *in,
-                              const layer_plan *p, stof_mask *mask)
+                              const layer_plan *p, stof_mask *mask, void *mask_ready)
 {
     enc_gpu *g = m->gpu;
     const bert_config *c = &m->w.config;
     STOF_TRY(
         fuse_embeddings(m->ctx, g->dtype, &g->emb, in->ids, in->pos, in->types, in->rows, g->x));
     for (int l = 0; l < c->num_hidden_layers; l++)
-        STOF_TRY(layer(m, &g->layers[l], p, r, in, mask));
+        STOF_TRY(layer(m, &g->layers[l], p, r, in, mask, l == 0 ? mask_ready : NULL));
+    if (mask_ready && c->num_hidden_layers == 0)
+        STOF_CUDA_TRY(
+            cudaStreamWaitEvent((cudaStream_t)m->ctx->stream, (cudaEvent_t)mask_ready, 0));
     return STOF_OK;
 }
 
@@ -1066,7 +1128,7 @@ static enc_graph *graph_slot(enc_gpu *g)
         if (!g->graphs[i].used) return &g->graphs[i];
         if (g->graphs[i].last_use < lru->last_use) lru = &g->graphs[i];
     }
-    graph_release(lru);
+    graph_release(g, lru);
     return lru;
 }
 
@@ -1081,19 +1143,28 @@ static void graph_capture(stof_model *m, const enc_request *r, const dev_inputs 
     /* Captured on a stream of the model's own, whatever the ctx's stream is (the
      * legacy default stream, as torch's usually is, cannot be captured); the
      * graph is launched on the ctx's stream. Capture runs nothing. */
-    if (st == STOF_OK && !g->capture_stream) {
+    void **streams[2] = {&g->capture_stream, &g->mask_stream};
+    for (int i = 0; i < 2 && st == STOF_OK && !*streams[i]; i++) {
         cudaStream_t cs = NULL;
         st = STOF_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
-        g->capture_stream = cs;
+        *streams[i] = cs;
     }
+    if (st == STOF_OK) st = event_once(&g->fork_event);
+    if (st == STOF_OK) st = event_once(&g->mask_event);
     cudaGraph_t graph = NULL;
     void *user_stream = ctx->stream;
-    cudaStream_t s = (cudaStream_t)g->capture_stream;
+    cudaStream_t s = (cudaStream_t)g->capture_stream, ms = (cudaStream_t)g->mask_stream;
     if (st == STOF_OK) st = STOF_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     if (st == STOF_OK) {
+        /* The mask rebuild is a branch of the graph that joins at the first
+         * attention: it runs beside the embeddings and the first QKV GEMM. */
+        st = STOF_CUDA(cudaEventRecord((cudaEvent_t)g->fork_event, s));
+        if (st == STOF_OK) st = STOF_CUDA(cudaStreamWaitEvent(ms, (cudaEvent_t)g->fork_event, 0));
+        ctx->stream = ms;
+        if (st == STOF_OK) st = stof_mask_rebuild(e->mask);
+        if (st == STOF_OK) st = STOF_CUDA(cudaEventRecord((cudaEvent_t)g->mask_event, ms));
         ctx->stream = s;
-        st = stof_mask_rebuild(e->mask);
-        if (st == STOF_OK) st = run_layers(m, r, in, &e->plan, e->mask);
+        if (st == STOF_OK) st = run_layers(m, r, in, &e->plan, e->mask, g->mask_event);
         ctx->stream = user_stream;
         stof_status end = STOF_CUDA(cudaStreamEndCapture(s, &graph));
         if (st == STOF_OK) st = end;
@@ -1152,6 +1223,58 @@ static stof_status graph_run(stof_model *m, const enc_request *r, const dev_inpu
     STOF_CUDA_TRY(cudaGraphLaunch(e->exec, s));
     e->runs++;
     *done = true;
+    return STOF_OK;
+}
+
+/* The rows a forward of a small batch computes whatever its token count: B *
+ * L, for a batch whose inputs are packed on the device (packed) and whose
+ * graph can be told apart by shape and mask text; 0 for every other forward
+ * (it computes the bucket of its token count). */
+static int64_t fixed_rows(const stof_model *m, const enc_request *r, bool packed)
+{
+    int64_t n = (int64_t)r->batch * r->len;
+    if (!packed || n > ENC_FIXED_ROWS || r->eager || r->plan || r->len > m->info.max_positions)
+        return 0;
+    return stof_mask_spec_textual(r->mask ? r->mask : m->gpu->full) ? n : 0;
+}
+
+/* Launches the layers of a small batch ahead of the scan's read back when its
+ * graph is captured (the inputs are packed on the device before it); *computed
+ * says so. The graph only reads the workspace, whose packed ids and types the
+ * packing keeps inside their tables and whose lengths it clamps to [0, L]:
+ * a forward whose report then names a problem fails having computed nothing
+ * it writes out. */
+static stof_status launch_ahead(stof_model *m, const enc_request *r, bool *computed)
+{
+    enc_gpu *g = m->gpu;
+    int64_t rows = fixed_rows(m, r, true);
+    cudaStream_t s = (cudaStream_t)m->ctx->stream;
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (!rows || cudaStreamIsCapturing(s, &cs) != cudaSuccess ||
+        cs != cudaStreamCaptureStatusNone) {
+        (void)cudaGetLastError();
+        return STOF_OK;
+    }
+    enc_ahead_memo *k = &g->ahead_memo;
+    bool has_types = r->types != NULL;
+    enc_graph *e = NULL;
+    if (!r->mask && k->valid && k->gen == g->gen && k->batch == r->batch && k->len == r->len &&
+        k->has_types == has_types) {
+        e = k->graph;
+    } else {
+        char *text = format_mask(g, r->mask);
+        if (!text) return STOF_OK;
+        layer_plan p = plan_for(m, r, rows, text);
+        e = graph_find(g, r, rows, text, &p);
+        free(text);
+        if (!e || !e->exec) return STOF_OK;
+        if (!r->mask) *k = (enc_ahead_memo){true, has_types, r->batch, r->len, g->gen, e};
+    }
+    STOF_CUDA_TRY(cudaGraphLaunch(e->exec, s));
+    e->last_use = ++g->clock;
+    e->runs++;
+    g->ahead++;
+    *computed = true;
     return STOF_OK;
 }
 
@@ -1217,10 +1340,16 @@ stof_status enc_gpu_forward(stof_model *m, const enc_request *r)
                  "batch %d: the GPU encoder takes at most 65535 sequences", r->batch);
     if (r->tokens == 0) return write_empty(m, r);
     STOF_TRY(ws_reserve(m, r->batch, r->len));
-    int64_t rows = tune_token_bucket(r->tokens);
-    if (rows > (int64_t)r->batch * r->len) rows = (int64_t)r->batch * r->len;
+    int64_t rows = fixed_rows(m, r, r->packed);
+    bool fixed = rows > 0;
+    if (!fixed) {
+        rows = tune_token_bucket(r->tokens);
+        if (rows > (int64_t)r->batch * r->len) rows = (int64_t)r->batch * r->len;
+    }
     dev_inputs in;
     STOF_TRY(upload_inputs(m, r, rows, &in));
+    if (fixed) in.live = in.cu + r->batch;
+    if (r->computed) return write_outputs(m, r, &in);
     char *text = format_mask(m->gpu, r->mask);
     layer_plan p = plan_for(m, r, rows, text);
     bool done = false;
@@ -1230,7 +1359,7 @@ stof_status enc_gpu_forward(stof_model *m, const enc_request *r)
     if (!done) {
         stof_mask *mask = NULL;
         STOF_TRY(compile_mask(m, r, &mask));
-        st = run_layers(m, r, &in, &p, mask);
+        st = run_layers(m, r, &in, &p, mask, NULL);
         stof_mask_destroy(mask);
         STOF_TRY(st);
     }
@@ -1262,4 +1391,9 @@ int enc_gpu_graphs_captured(const enc_gpu *g)
     for (int i = 0; g && i < ENC_GRAPHS; i++)
         n += g->graphs[i].exec != NULL;
     return n;
+}
+
+int64_t enc_gpu_launched_ahead(const enc_gpu *g)
+{
+    return g ? g->ahead : 0;
 }

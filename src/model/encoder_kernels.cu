@@ -214,6 +214,12 @@ extern "C" stof_status enc_pack_tokens(stof_ctx *ctx, const void *src, stof_dtyp
     return launched("pack_tokens_kernel");
 }
 
+/* An id or type as packed: v when it indexes a table of n rows, else 0. */
+static __device__ __forceinline__ int32_t in_table(long long v, int n)
+{
+    return v >= 0 && v < n ? (int32_t)v : 0;
+}
+
 /* lens and cu of enc_pack_inputs: one CTA of 1024 threads scanning the
  * lengths 1024 at a time, the running total carried between chunks. */
 static __global__ void __launch_bounds__(1024) pack_prefix_kernel(enc_pack_args a)
@@ -266,8 +272,10 @@ static __global__ void pack_rows_kernel(enc_pack_args a)
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < a.len; i += gridDim.x * blockDim.x) {
         const int64_t src = (int64_t)b * a.len + i;
         if (i < n) {
-            a.out_ids[start + i] = (int32_t)load_int(a.ids, a.ids_dtype, src);
-            if (a.types) a.out_types[start + i] = (int32_t)load_int(a.types, a.types_dtype, src);
+            a.out_ids[start + i] = in_table(load_int(a.ids, a.ids_dtype, src), a.vocab);
+            if (a.types)
+                a.out_types[start + i] =
+                    in_table(load_int(a.types, a.types_dtype, src), a.type_vocab);
             a.out_pos[start + i] = i;
         }
         if (src >= total) {
@@ -287,4 +295,133 @@ extern "C" stof_status enc_pack_inputs(stof_ctx *ctx, const enc_pack_args *a)
     dim3 grid((unsigned)(xb > 16 ? 16 : xb < 1 ? 1 : xb), (unsigned)a->batch);
     pack_rows_kernel<<<grid, 256, 0, s>>>(*a);
     return launched("pack_rows_kernel");
+}
+
+/* ---------------------------------------------------------------- small batches */
+
+enum { SCAN_PACK_MAX = 1024 }; /* B * L: one element per thread of one CTA */
+
+/* The inclusive sum of v over threads 0..threadIdx.x of the CTA (every thread
+ * calls it; warp_total holds 32 words). */
+static __device__ int block_inclusive_sum(int v, int *warp_total)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += y;
+    }
+    if (lane == 31) warp_total[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        int w = lane < (int)(blockDim.x >> 5) ? warp_total[lane] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, w, o);
+            if (lane >= o) w += y;
+        }
+        warp_total[lane] = w;
+    }
+    __syncthreads();
+    return v + (warp > 0 ? warp_total[warp - 1] : 0);
+}
+
+/*
+ * scan_inputs_kernel, pack_prefix_kernel and pack_rows_kernel as one CTA with
+ * a thread per element of [B, L] (B * L <= SCAN_PACK_MAX): a small batch pays
+ * one launch instead of three. Per-sequence reductions go through shared
+ * atomics as in the scan; the report is written as the scan writes it.
+ */
+static __global__ void __launch_bounds__(SCAN_PACK_MAX)
+    scan_pack_kernel(enc_scan_args a, enc_pack_args p)
+{
+    __shared__ int first_zero[SCAN_PACK_MAX], one_after[SCAN_PACK_MAX], bad_value[SCAN_PACK_MAX],
+        bad_id[SCAN_PACK_MAX], bad_type[SCAN_PACK_MAX], cu[SCAN_PACK_MAX + 1];
+    __shared__ int warp_total[32];
+    const int B = a.batch, L = a.len, n = B * L, i = threadIdx.x;
+    const int b = i < n ? i / L : 0, pos = i - b * L;
+    for (int k = i; k < B; k += blockDim.x) {
+        first_zero[k] = L;
+        one_after[k] = bad_value[k] = bad_id[k] = bad_type[k] = INT32_MAX;
+    }
+    __syncthreads();
+    const long long v = i < n && a.mask ? load_int(a.mask, a.mask_dtype, i) : 1;
+    if (i < n && a.mask) {
+        if (v == 0)
+            atomicMin(&first_zero[b], pos);
+        else if (v != 1)
+            atomicMin(&bad_value[b], pos);
+    }
+    __syncthreads();
+    const int length = a.mask ? first_zero[b] : a.lengths[b];
+    const int upto = length < 0 ? 0 : length > L ? L : length;
+    long long id = 0, ty = 0;
+    if (i < n) {
+        if (a.mask && pos > length && v == 1) atomicMin(&one_after[b], pos);
+        if (a.ids) id = load_int(a.ids, a.ids_dtype, i);
+        if (a.types) ty = load_int(a.types, a.types_dtype, i);
+        if (pos < upto && a.ids && (id < 0 || id >= a.vocab)) atomicMin(&bad_id[b], pos);
+        if (pos < upto && a.types && (ty < 0 || ty >= a.type_vocab)) atomicMin(&bad_type[b], pos);
+    }
+    __syncthreads();
+    /* One thread per sequence: the report, then the prefix sums of the clamped lengths. */
+    int own = 0;
+    if (i < B) {
+        const int64_t row = (int64_t)i * L;
+        const int len_i = a.mask ? first_zero[i] : a.lengths[i];
+        const int upto_i = len_i < 0 ? 0 : len_i > L ? L : len_i;
+        int32_t w[ENC_SCAN_WORDS];
+        w[ENC_SCAN_LENGTH] = len_i;
+        w[ENC_SCAN_MASK_VALUE] = bad_value[i];
+        w[ENC_SCAN_MASK_ONE_AFTER_ZERO] = one_after[i];
+        w[ENC_SCAN_ID] = bad_id[i];
+        w[ENC_SCAN_TYPE] = bad_type[i];
+        put64(w + ENC_SCAN_MASK_VALUE_AT,
+              bad_value[i] < L ? load_int(a.mask, a.mask_dtype, row + bad_value[i]) : 0);
+        put64(w + ENC_SCAN_ID_VALUE,
+              bad_id[i] < upto_i ? load_int(a.ids, a.ids_dtype, row + bad_id[i]) : 0);
+        put64(w + ENC_SCAN_TYPE_VALUE,
+              bad_type[i] < upto_i ? load_int(a.types, a.types_dtype, row + bad_type[i]) : 0);
+        int32_t *rep = a.report + (int64_t)i * ENC_SCAN_WORDS;
+        int32_t *host = a.report_host ? a.report_host + (int64_t)i * ENC_SCAN_WORDS : NULL;
+        for (int k = 0; k < ENC_SCAN_WORDS; k++) {
+            rep[k] = w[k];
+            if (host) host[k] = w[k];
+        }
+        own = upto_i;
+        p.lens[i] = upto_i;
+    }
+    const int sum = block_inclusive_sum(own, warp_total);
+    if (i < B) {
+        cu[i + 1] = sum;
+        p.cu[i + 1] = sum;
+    }
+    if (i == 0) {
+        cu[0] = 0;
+        p.cu[0] = 0;
+    }
+    __syncthreads();
+    if (i < n) {
+        if (pos < cu[b + 1] - cu[b]) {
+            const int64_t at = cu[b] + pos;
+            p.out_ids[at] = in_table(id, p.vocab);
+            if (p.types) p.out_types[at] = in_table(ty, p.type_vocab);
+            p.out_pos[at] = pos;
+        }
+        if (i >= cu[B]) {
+            p.out_ids[i] = 0;
+            if (p.types) p.out_types[i] = 0;
+            p.out_pos[i] = 0;
+        }
+    }
+}
+
+extern "C" bool enc_scan_pack_fits(int batch, int len)
+{
+    return batch > 0 && len > 0 && (int64_t)batch * len <= SCAN_PACK_MAX;
+}
+
+extern "C" stof_status enc_scan_pack(stof_ctx *ctx, const enc_scan_args *a, const enc_pack_args *p)
+{
+    const int n = a->batch * a->len, threads = (n + 31) / 32 * 32;
+    scan_pack_kernel<<<1, threads, 0, (cudaStream_t)ctx->stream>>>(*a, *p);
+    return launched("scan_pack_kernel");
 }

@@ -230,7 +230,7 @@ static stof_status read_lengths(stof_model *m, const stof_tensor *lengths, const
     }
     if (in_device(lengths) || in_device(mask) || in_device(r->ids) || in_device(r->types))
         STOF_TRY(enc_gpu_scan(m, r, in_device(mask) ? mask : NULL,
-                              in_device(lengths) ? lengths : NULL, lens, &r->packed));
+                              in_device(lengths) ? lengths : NULL, lens, &r->packed, &r->computed));
     int max_pos = m->info.max_positions;
     int64_t T = 0;
     cu[0] = 0;
@@ -315,7 +315,7 @@ static stof_status check_pooled_out(const stof_model *m, const stof_tensor *t, i
 static stof_status check_forward(stof_model *m, const stof_forward_params *p,
                                  const stof_tensor *ids, const stof_tensor *lengths,
                                  const stof_tensor *types, stof_tensor *hidden, stof_tensor *pooled,
-                                 enc_request *r)
+                                 const struct tune_plan *plan, enc_request *r)
 {
     memset(r, 0, sizeof *r);
     STOF_TRY(check_token_tensor(m, ids, "ids"));
@@ -339,6 +339,7 @@ static stof_status check_forward(stof_model *m, const stof_forward_params *p,
     r->hidden = hidden;
     r->pooled = pooled;
     r->eager = p->eager != 0;
+    r->plan = plan;
     STOF_TRY(read_lengths(m, lengths, p->attention_mask, B, L, r));
     return check_token_values(m, r);
 }
@@ -351,8 +352,7 @@ stof_status enc_forward_plan(stof_model *model, const stof_forward_params *param
     STOF_REQUIRE(model, STOF_ERR_INVALID_ARG, "stof_model_forward: model is NULL");
     stof_forward_params p = params ? *params : stof_forward_default_params();
     enc_request r;
-    STOF_TRY(check_forward(model, &p, ids, lengths, token_types, hidden_out, pooled_out, &r));
-    r.plan = plan;
+    STOF_TRY(check_forward(model, &p, ids, lengths, token_types, hidden_out, pooled_out, plan, &r));
     return on_gpu(model) ? enc_gpu_forward(model, &r) : enc_cpu_forward(model, &r);
 }
 
