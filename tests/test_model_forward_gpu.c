@@ -353,6 +353,13 @@ static double rel_err_valid(const float *out, const float *ref, const int32_t *l
 /* One GPU forward (host ids, device half hidden over poison, host pooled)
  * against a reference; with on_device, ids, types and lengths go to device
  * memory first (the scan then packs them on the device). */
+/* n f16 or bf16 elements (dtype) as f32. */
+static void half_to_f32(const uint16_t *h, int64_t n, stof_dtype dtype, float *out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = dtype == STOF_BF16 ? stof_bf16_to_f32(h[i]) : stof_f16_to_f32(h[i]);
+}
+
 static void check_forward_against(const models *mm, const stof_forward_params *fp, int B, int L,
                                   const int32_t *ids, const int32_t *types, const int32_t *lengths,
                                   bool lengths_null, bool on_device, const float *ref_h,
@@ -389,8 +396,7 @@ static void check_forward_against(const models *mm, const stof_forward_params *f
     CHECK_OK(stof_ctx_synchronize(g_gpu));
     if (d_in) cudaFree(d_in);
     to_host(half, d_hid, (size_t)nh * 2);
-    for (int64_t i = 0; i < nh; i++)
-        h[i] = info->dtype == STOF_BF16 ? stof_bf16_to_f32(half[i]) : stof_f16_to_f32(half[i]);
+    half_to_f32(half, nh, info->dtype, h);
     int64_t pad_bad = 0;
     double eh = rel_err_valid(h, ref_h, lengths, B, L, H, &pad_bad);
     double ep = test_rel_err(pool, ref_p, np);
@@ -541,8 +547,7 @@ static void compare_case(const models *mm, const run_case *rc, test_rng *r, doub
     uint16_t *half = xmalloc(2 * (size_t)nh);
     float *g_h = xmalloc(sizeof(float) * (size_t)nh);
     to_host(half, d_hid, (size_t)nh * 2);
-    for (int64_t i = 0; i < nh; i++)
-        g_h[i] = info->dtype == STOF_BF16 ? stof_bf16_to_f32(half[i]) : stof_f16_to_f32(half[i]);
+    half_to_f32(half, nh, info->dtype, g_h);
     int32_t *eff_len = xmalloc(sizeof(int32_t) * (size_t)B);
     for (int b = 0; b < B; b++)
         eff_len[b] = rc->lengths_null ? L : lengths[b];
@@ -763,13 +768,6 @@ static void test_shapes(test_rng *r)
     free_pair(&mm);
 }
 
-/* Half elements of a device tensor as f32. */
-static void half_to_f32(const uint16_t *h, int64_t n, float *out)
-{
-    for (int64_t i = 0; i < n; i++)
-        out[i] = stof_f16_to_f32(h[i]);
-}
-
 /*
  * test_gpu_misuse's batch (2 x 8, device ids and attention mask) without
  * fp->eager: the third forward is launched ahead of the scan's read back. A
@@ -787,7 +785,7 @@ static void misuse_ahead(stof_model *m, const stof_forward_params *eager, int32_
     int64_t ahead = enc_gpu_launched_ahead(m->gpu);
     uint16_t got[N];
     float fw[N], fg[N];
-    half_to_f32(want, N, fw);
+    half_to_f32(want, N, STOF_F16, fw);
     int64_t s_ids[2] = {B, L};
     stof_tensor dt_ids = stof_tensor_make(d_ids, STOF_I32, STOF_MEM_DEVICE, 2, s_ids);
     for (int k = 0; k < 3; k++)
@@ -826,7 +824,7 @@ static void misuse_ahead(stof_model *m, const stof_forward_params *eager, int32_
     CHECK_OK(stof_model_forward(m, &fp, &dt_ids, NULL, NULL, t_hid, NULL));
     CHECK_OK(stof_ctx_synchronize(g_gpu));
     to_host(got, t_hid->data, sizeof got);
-    half_to_f32(got, N, fg);
+    half_to_f32(got, N, STOF_F16, fg);
     double e = test_rel_err(fg, fw, N);
     CHECK(e < 2e-3, "a good forward after refused ones differs from the eager one: %.3e", e);
 }

@@ -196,52 +196,61 @@ static __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int ti
     tn = r / rows;
 }
 
-/* y = act(acc + bias) for the warpgroup's 64 rows from row0 and BN columns
- * from col0. Accumulator layout of wgmma m64nN (per warp, as mma.sync C
- * blocks): warp w owns rows 16w..16w+15; d[4j], d[4j+1] are row g, columns
- * 8j + 2t, +1 and d[4j+2], d[4j+3] the same columns of row g + 8. */
-template <typename T, int BN, int ACT>
-static __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], const T *bias, T *y,
-                                                  int64_t row0, int col0, int64_t m, int n)
+/* The output fragments of the warpgroup's 64 rows from row0 and BN columns
+ * from col0 that lie inside [m, n]: put(col, lo, hi, lo_ok, hi_ok, j) for
+ * each 8-column step j, lo and hi the element offsets of (row, col) in a
+ * row-major [m, n] output for the thread's two rows. Accumulator layout of
+ * wgmma m64nN (per warp, as mma.sync C blocks): warp w owns rows
+ * 16w..16w+15; d[4j], d[4j+1] are row g, columns 8j + 2t, +1 and d[4j+2],
+ * d[4j+3] the same columns of row g + 8. */
+template <int BN, typename Put>
+static __device__ __forceinline__ void tile_fragments(int64_t row0, int col0, int64_t m, int n,
+                                                      Put put)
 {
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     const int64_t r_lo = row0 + warp * 16 + (lane >> 2);
     const bool lo_ok = r_lo < m, hi_ok = r_lo + 8 < m;
     const int c0 = col0 + 2 * (lane & 3);
-    T *y_lo = y + r_lo * n + c0;
-    T *y_hi = y_lo + 8 * (int64_t)n;
+    const int64_t lo = r_lo * n + c0, hi = lo + 8 * (int64_t)n;
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
         const int col = c0 + 8 * j;
         if (col >= n) continue; /* n is even, so col + 1 < n too */
-        const float2 b = bias ? load2(bias + col) : make_float2(0.f, 0.f);
-        if (lo_ok)
-            store2(y_lo + 8 * j, act_apply(acc[4 * j] + b.x, ACT),
-                   act_apply(acc[4 * j + 1] + b.y, ACT));
-        if (hi_ok)
-            store2(y_hi + 8 * j, act_apply(acc[4 * j + 2] + b.x, ACT),
-                   act_apply(acc[4 * j + 3] + b.y, ACT));
+        put(col, lo + 8 * j, hi + 8 * j, lo_ok, hi_ok, j);
     }
 }
 
-/* parts[r, c] = acc for the warpgroup's 64 rows from row0 and BN columns
- * from col0 of an fp32 [m, n] plane (one K slice's partial sums). */
+/* y = act(acc + bias) for the warpgroup's tile fragments (tile_fragments). */
+template <typename T, int BN, int ACT>
+static __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], const T *bias, T *y,
+                                                  int64_t row0, int col0, int64_t m, int n)
+{
+    tile_fragments<BN>(row0, col0, m, n,
+                       [&](int col, int64_t lo, int64_t hi, bool lo_ok, bool hi_ok, int j) {
+                           const float2 b = bias ? load2(bias + col) : make_float2(0.f, 0.f);
+                           if (lo_ok)
+                               store2(y + lo, act_apply(acc[4 * j] + b.x, ACT),
+                                      act_apply(acc[4 * j + 1] + b.y, ACT));
+                           if (hi_ok)
+                               store2(y + hi, act_apply(acc[4 * j + 2] + b.x, ACT),
+                                      act_apply(acc[4 * j + 3] + b.y, ACT));
+                       });
+}
+
+/* parts[r, c] = acc for the warpgroup's tile fragments of an fp32 [m, n]
+ * plane (one K slice's partial sums). */
 template <int BN>
 static __device__ __forceinline__ void store_tile_f32(const float (&acc)[BN / 2], float *parts,
                                                       int64_t row0, int col0, int64_t m, int n)
 {
-    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-    const int64_t r_lo = row0 + warp * 16 + (lane >> 2);
-    const bool lo_ok = r_lo < m, hi_ok = r_lo + 8 < m;
-    const int c0 = col0 + 2 * (lane & 3);
-    float *p_lo = parts + r_lo * n + c0;
-    float *p_hi = p_lo + 8 * (int64_t)n;
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-        if (c0 + 8 * j >= n) continue;
-        if (lo_ok) *(float2 *)(p_lo + 8 * j) = make_float2(acc[4 * j], acc[4 * j + 1]);
-        if (hi_ok) *(float2 *)(p_hi + 8 * j) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
-    }
+    tile_fragments<BN>(row0, col0, m, n,
+                       [&](int col, int64_t lo, int64_t hi, bool lo_ok, bool hi_ok, int j) {
+                           if (lo_ok)
+                               *(float2 *)(parts + lo) = make_float2(acc[4 * j], acc[4 * j + 1]);
+                           if (hi_ok)
+                               *(float2 *)(parts + hi) =
+                                   make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+                       });
 }
 
 /* ---------------------------------------------------------------- kernel */

@@ -1184,6 +1184,16 @@ static void graph_capture(stof_model *m, const enc_request *r, const dev_inputs 
     }
 }
 
+/* Whether a graph may be launched on s: not while s is capturing (the caller's
+ * own capture), nor when that cannot be told (the error is cleared). */
+static bool can_launch_graph(cudaStream_t s)
+{
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &cs) == cudaSuccess) return cs == cudaStreamCaptureStatusNone;
+    (void)cudaGetLastError();
+    return false;
+}
+
 /* Runs the layers from this bucket's graph when it has (or now gets) one;
  * *done false: run them kernel by kernel. */
 static stof_status graph_run(stof_model *m, const enc_request *r, const dev_inputs *in,
@@ -1192,12 +1202,7 @@ static stof_status graph_run(stof_model *m, const enc_request *r, const dev_inpu
     enc_gpu *g = m->gpu;
     *done = false;
     cudaStream_t s = (cudaStream_t)m->ctx->stream;
-    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (r->eager || cudaStreamIsCapturing(s, &cs) != cudaSuccess ||
-        cs != cudaStreamCaptureStatusNone) {
-        (void)cudaGetLastError();
-        return STOF_OK;
-    }
+    if (r->eager || !can_launch_graph(s)) return STOF_OK;
     /* Only a mask its text describes (no dense parts, no per-head layouts) can
      * be told apart by it. */
     if (!text || !stof_mask_spec_textual(r->mask ? r->mask : g->full)) return STOF_OK;
@@ -1249,12 +1254,7 @@ static stof_status launch_ahead(stof_model *m, const enc_request *r, bool *compu
     enc_gpu *g = m->gpu;
     int64_t rows = fixed_rows(m, r, true);
     cudaStream_t s = (cudaStream_t)m->ctx->stream;
-    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (!rows || cudaStreamIsCapturing(s, &cs) != cudaSuccess ||
-        cs != cudaStreamCaptureStatusNone) {
-        (void)cudaGetLastError();
-        return STOF_OK;
-    }
+    if (!rows || !can_launch_graph(s)) return STOF_OK;
     enc_ahead_memo *k = &g->ahead_memo;
     bool has_types = r->types != NULL;
     enc_graph *e = NULL;

@@ -117,6 +117,33 @@ static __device__ __forceinline__ void put64(int32_t *w, long long v)
     w[1] = (int32_t)(unsigned)((unsigned long long)v >> 32);
 }
 
+/* The report of sequence b (row b * len of the inputs): its length as found
+ * or given, the first offending positions (INT32_MAX: none) and the values
+ * there, into the device report and its mapped host copy. upto is the length
+ * clamped to [0, len]. */
+static __device__ void write_report(const enc_scan_args &a, int b, int length, int upto,
+                                    int bad_value, int one_after, int bad_id, int bad_type)
+{
+    const int64_t row = (int64_t)b * a.len;
+    int32_t w[ENC_SCAN_WORDS];
+    w[ENC_SCAN_LENGTH] = length;
+    w[ENC_SCAN_MASK_VALUE] = bad_value;
+    w[ENC_SCAN_MASK_ONE_AFTER_ZERO] = one_after;
+    w[ENC_SCAN_ID] = bad_id;
+    w[ENC_SCAN_TYPE] = bad_type;
+    put64(w + ENC_SCAN_MASK_VALUE_AT,
+          bad_value < a.len ? load_int(a.mask, a.mask_dtype, row + bad_value) : 0);
+    put64(w + ENC_SCAN_ID_VALUE, bad_id < upto ? load_int(a.ids, a.ids_dtype, row + bad_id) : 0);
+    put64(w + ENC_SCAN_TYPE_VALUE,
+          bad_type < upto ? load_int(a.types, a.types_dtype, row + bad_type) : 0);
+    int32_t *rep = a.report + (int64_t)b * ENC_SCAN_WORDS;
+    int32_t *host = a.report_host ? a.report_host + (int64_t)b * ENC_SCAN_WORDS : NULL;
+    for (int k = 0; k < ENC_SCAN_WORDS; k++) {
+        rep[k] = w[k];
+        if (host) host[k] = w[k];
+    }
+}
+
 /*
  * One CTA per sequence b. The length comes from the attention mask (the first
  * 0 of the row; the row is valid when no 1 follows it and every value is 0 or
@@ -136,7 +163,6 @@ static __global__ void scan_inputs_kernel(enc_scan_args a)
         bad_value = bad_id = bad_type = INT32_MAX;
     }
     __syncthreads();
-    int32_t *rep = a.report + (int64_t)b * ENC_SCAN_WORDS;
     int length;
     if (a.mask) {
         for (int i = threadIdx.x; i < a.len; i += blockDim.x) {
@@ -165,24 +191,8 @@ static __global__ void scan_inputs_kernel(enc_scan_args a)
         }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int32_t w[ENC_SCAN_WORDS];
-        w[ENC_SCAN_LENGTH] = length;
-        w[ENC_SCAN_MASK_VALUE] = bad_value;
-        w[ENC_SCAN_MASK_ONE_AFTER_ZERO] = one_after;
-        w[ENC_SCAN_ID] = bad_id;
-        w[ENC_SCAN_TYPE] = bad_type;
-        put64(w + ENC_SCAN_MASK_VALUE_AT,
-              bad_value < a.len ? load_int(a.mask, a.mask_dtype, row + bad_value) : 0);
-        put64(w + ENC_SCAN_ID_VALUE, bad_id < upto ? load_int(a.ids, a.ids_dtype, row + bad_id) : 0);
-        put64(w + ENC_SCAN_TYPE_VALUE,
-              bad_type < upto ? load_int(a.types, a.types_dtype, row + bad_type) : 0);
-        int32_t *host = a.report_host ? a.report_host + (int64_t)b * ENC_SCAN_WORDS : NULL;
-        for (int k = 0; k < ENC_SCAN_WORDS; k++) {
-            rep[k] = w[k];
-            if (host) host[k] = w[k];
-        }
-    }
+    if (threadIdx.x == 0)
+        write_report(a, b, length, upto, bad_value, one_after, bad_id, bad_type);
 }
 
 extern "C" stof_status enc_scan_inputs(stof_ctx *ctx, const enc_scan_args *a)
@@ -220,13 +230,35 @@ static __device__ __forceinline__ int32_t in_table(long long v, int n)
     return v >= 0 && v < n ? (int32_t)v : 0;
 }
 
+/* The inclusive sum of v over threads 0..threadIdx.x of the CTA (every thread
+ * calls it; warp_total holds 32 words). */
+static __device__ int block_inclusive_sum(int v, int *warp_total)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += y;
+    }
+    if (lane == 31) warp_total[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        int w = lane < (int)(blockDim.x >> 5) ? warp_total[lane] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, w, o);
+            if (lane >= o) w += y;
+        }
+        warp_total[lane] = w;
+    }
+    __syncthreads();
+    return v + (warp > 0 ? warp_total[warp - 1] : 0);
+}
+
 /* lens and cu of enc_pack_inputs: one CTA of 1024 threads scanning the
  * lengths 1024 at a time, the running total carried between chunks. */
 static __global__ void __launch_bounds__(1024) pack_prefix_kernel(enc_pack_args a)
 {
     __shared__ int warp_total[32];
     __shared__ int carry;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (threadIdx.x == 0) {
         carry = 0;
         a.cu[0] = 0;
@@ -239,23 +271,8 @@ static __global__ void __launch_bounds__(1024) pack_prefix_kernel(enc_pack_args 
             v = v < 0 ? 0 : v > a.len ? a.len : v;
             a.lens[b] = v;
         }
-        int x = v; /* inclusive scan within the warp */
-        for (int o = 1; o < 32; o <<= 1) {
-            const int y = __shfl_up_sync(0xffffffffu, x, o);
-            if (lane >= o) x += y;
-        }
-        if (lane == 31) warp_total[warp] = x;
-        __syncthreads();
-        if (warp == 0) { /* then over the warps' totals */
-            int w = warp_total[lane];
-            for (int o = 1; o < 32; o <<= 1) {
-                const int y = __shfl_up_sync(0xffffffffu, w, o);
-                if (lane >= o) w += y;
-            }
-            warp_total[lane] = w;
-        }
-        __syncthreads();
-        const int sum = carry + x + (warp > 0 ? warp_total[warp - 1] : 0);
+        /* carry is read after the sum's barriers, which follow its last write */
+        const int sum = block_inclusive_sum(v, warp_total) + carry;
         if (b < a.batch) a.cu[b + 1] = sum;
         __syncthreads(); /* carry and warp_total are read by all before they change */
         if (threadIdx.x == blockDim.x - 1) carry = sum;
@@ -301,29 +318,6 @@ extern "C" stof_status enc_pack_inputs(stof_ctx *ctx, const enc_pack_args *a)
 
 enum { SCAN_PACK_MAX = 1024 }; /* B * L: one element per thread of one CTA */
 
-/* The inclusive sum of v over threads 0..threadIdx.x of the CTA (every thread
- * calls it; warp_total holds 32 words). */
-static __device__ int block_inclusive_sum(int v, int *warp_total)
-{
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, v, o);
-        if (lane >= o) v += y;
-    }
-    if (lane == 31) warp_total[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        int w = lane < (int)(blockDim.x >> 5) ? warp_total[lane] : 0;
-        for (int o = 1; o < 32; o <<= 1) {
-            const int y = __shfl_up_sync(0xffffffffu, w, o);
-            if (lane >= o) w += y;
-        }
-        warp_total[lane] = w;
-    }
-    __syncthreads();
-    return v + (warp > 0 ? warp_total[warp - 1] : 0);
-}
-
 /*
  * scan_inputs_kernel, pack_prefix_kernel and pack_rows_kernel as one CTA with
  * a thread per element of [B, L] (B * L <= SCAN_PACK_MAX): a small batch pays
@@ -365,27 +359,9 @@ static __global__ void __launch_bounds__(SCAN_PACK_MAX)
     /* One thread per sequence: the report, then the prefix sums of the clamped lengths. */
     int own = 0;
     if (i < B) {
-        const int64_t row = (int64_t)i * L;
         const int len_i = a.mask ? first_zero[i] : a.lengths[i];
         const int upto_i = len_i < 0 ? 0 : len_i > L ? L : len_i;
-        int32_t w[ENC_SCAN_WORDS];
-        w[ENC_SCAN_LENGTH] = len_i;
-        w[ENC_SCAN_MASK_VALUE] = bad_value[i];
-        w[ENC_SCAN_MASK_ONE_AFTER_ZERO] = one_after[i];
-        w[ENC_SCAN_ID] = bad_id[i];
-        w[ENC_SCAN_TYPE] = bad_type[i];
-        put64(w + ENC_SCAN_MASK_VALUE_AT,
-              bad_value[i] < L ? load_int(a.mask, a.mask_dtype, row + bad_value[i]) : 0);
-        put64(w + ENC_SCAN_ID_VALUE,
-              bad_id[i] < upto_i ? load_int(a.ids, a.ids_dtype, row + bad_id[i]) : 0);
-        put64(w + ENC_SCAN_TYPE_VALUE,
-              bad_type[i] < upto_i ? load_int(a.types, a.types_dtype, row + bad_type[i]) : 0);
-        int32_t *rep = a.report + (int64_t)i * ENC_SCAN_WORDS;
-        int32_t *host = a.report_host ? a.report_host + (int64_t)i * ENC_SCAN_WORDS : NULL;
-        for (int k = 0; k < ENC_SCAN_WORDS; k++) {
-            rep[k] = w[k];
-            if (host) host[k] = w[k];
-        }
+        write_report(a, i, len_i, upto_i, bad_value[i], one_after[i], bad_id[i], bad_type[i]);
         own = upto_i;
         p.lens[i] = upto_i;
     }
