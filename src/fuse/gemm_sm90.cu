@@ -55,9 +55,10 @@
  * LayerNorm inside this kernel, where the K-split grid is one wave, behind a
  * grid barrier of self-resetting device words. BERT-base (1, 128) took 35-40
  * us longer than with the LayerNorm kernel launched after it with PDL: the
- * barrier (fence, atomics, a spin through L2) and the rows normalised by CTAs
- * that keep their SMs cost more than the kernel boundary, and those SMs are
- * the ones the next GEMM, launched early, wants for its weight prefetch.
+ * barrier (fence, atomics, a spin through L2) and the rows normalised after
+ * it cost more than the kernel boundary, also when only the CTAs with rows to
+ * normalise waited and the rest exited, leaving their SMs to the next GEMM's
+ * early weight fetch.
  *
  * The tensor maps are encoded on the host for each call (cuTensorMapEncodeTiled
  * through the runtime's driver entry point: no libcuda link) and passed as
