@@ -350,9 +350,6 @@ static double rel_err_valid(const float *out, const float *ref, const int32_t *l
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* One GPU forward (host ids, device half hidden over poison, host pooled)
- * against a reference; with on_device, ids, types and lengths go to device
- * memory first (the scan then packs them on the device). */
 /* n f16 or bf16 elements (dtype) as f32. */
 static void half_to_f32(const uint16_t *h, int64_t n, stof_dtype dtype, float *out)
 {
@@ -360,6 +357,9 @@ static void half_to_f32(const uint16_t *h, int64_t n, stof_dtype dtype, float *o
         out[i] = dtype == STOF_BF16 ? stof_bf16_to_f32(h[i]) : stof_f16_to_f32(h[i]);
 }
 
+/* One GPU forward (host ids, device half hidden over poison, host pooled)
+ * against a reference; with on_device, ids, types and lengths go to device
+ * memory first (the scan then packs them on the device). */
 static void check_forward_against(const models *mm, const stof_forward_params *fp, int B, int L,
                                   const int32_t *ids, const int32_t *types, const int32_t *lengths,
                                   bool lengths_null, bool on_device, const float *ref_h,

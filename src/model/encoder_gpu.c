@@ -1034,16 +1034,25 @@ static stof_status attention(stof_model *m, const enc_request *r, const dev_inpu
     return attn_attention_with(m->ctx, &ap, choice, &q, &k, &v, mask, &cu, &cu, &out);
 }
 
+/* Segment seg of layer w as a forward runs it on its inputs: in->rows rows,
+ * of which the GEMM segments may skip those past in->live. */
+static fuse_linear_args layer_args(const stof_model *m, const gpu_layer *w, int seg,
+                                   const dev_inputs *in)
+{
+    fuse_linear_args a = segment_args(m, w, seg, in->rows);
+    a.live_rows = in->live;
+    return a;
+}
+
 static stof_status ffn(stof_model *m, const gpu_layer *w, const layer_plan *p, const dev_inputs *in)
 {
     enc_gpu *g = m->gpu;
-    int64_t T = in->rows;
     const bert_config *c = &m->w.config;
     if (p->use_chain) {
         fuse_ffn_args f;
         memset(&f, 0, sizeof f);
         f.dtype = g->dtype;
-        f.m = T;
+        f.m = in->rows;
         f.hidden = c->hidden_size;
         f.inter = c->intermediate_size;
         f.x = g->x;
@@ -1060,11 +1069,9 @@ static stof_status ffn(stof_model *m, const gpu_layer *w, const layer_plan *p, c
         f.inter_buf = g->inter;
         return fuse_ffn(m->ctx, &p->chain, &f, g->lt);
     }
-    fuse_linear_args up = segment_args(m, w, TUNE_SEG_FFN1, T);
-    up.live_rows = in->live;
+    fuse_linear_args up = layer_args(m, w, TUNE_SEG_FFN1, in);
     STOF_TRY(fuse_linear_act(m->ctx, &p->ffn1, &up, g->lt));
-    fuse_linear_args down = segment_args(m, w, TUNE_SEG_FFN2, T);
-    down.live_rows = in->live;
+    fuse_linear_args down = layer_args(m, w, TUNE_SEG_FFN2, in);
     return fuse_linear_res_ln(m->ctx, &p->ffn2, &down, g->lt);
 }
 
@@ -1075,16 +1082,13 @@ static stof_status layer(stof_model *m, const gpu_layer *w, const layer_plan *p,
                          void *mask_ready)
 {
     enc_gpu *g = m->gpu;
-    int64_t T = in->rows;
-    fuse_linear_args a = segment_args(m, w, TUNE_SEG_QKV, T);
-    a.live_rows = in->live;
+    fuse_linear_args a = layer_args(m, w, TUNE_SEG_QKV, in);
     STOF_TRY(fuse_linear_act(m->ctx, &p->qkv, &a, g->lt));
     if (mask_ready)
         STOF_CUDA_TRY(
             cudaStreamWaitEvent((cudaStream_t)m->ctx->stream, (cudaEvent_t)mask_ready, 0));
     STOF_TRY(attention(m, r, in, p, mask));
-    a = segment_args(m, w, TUNE_SEG_OUT, T);
-    a.live_rows = in->live;
+    a = layer_args(m, w, TUNE_SEG_OUT, in);
     STOF_TRY(fuse_linear_res_ln(m->ctx, &p->out, &a, g->lt));
     return ffn(m, w, p, in);
 }

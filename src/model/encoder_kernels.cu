@@ -111,6 +111,18 @@ static __device__ __forceinline__ long long load_int(const void *p, int dtype, i
     return ((const int *)p)[i];
 }
 
+/* A length as the forward uses it: clamped to [0, len]. */
+static __device__ __forceinline__ int clamp_len(int v, int len)
+{
+    return v < 0 ? 0 : v > len ? len : v;
+}
+
+/* Whether an id or type v indexes a table of n rows. */
+static __device__ __forceinline__ bool in_range(long long v, int n)
+{
+    return v >= 0 && v < n;
+}
+
 static __device__ __forceinline__ void put64(int32_t *w, long long v)
 {
     w[0] = (int32_t)(unsigned)(unsigned long long)v;
@@ -179,15 +191,15 @@ static __global__ void scan_inputs_kernel(enc_scan_args a)
     } else {
         length = a.lengths[b];
     }
-    const int upto = length < 0 ? 0 : length > a.len ? a.len : length;
+    const int upto = clamp_len(length, a.len);
     for (int i = threadIdx.x; i < upto; i += blockDim.x) {
         if (a.ids) {
             const long long id = load_int(a.ids, a.ids_dtype, row + i);
-            if (id < 0 || id >= a.vocab) atomicMin(&bad_id, i);
+            if (!in_range(id, a.vocab)) atomicMin(&bad_id, i);
         }
         if (a.types) {
             const long long ty = load_int(a.types, a.types_dtype, row + i);
-            if (ty < 0 || ty >= a.type_vocab) atomicMin(&bad_type, i);
+            if (!in_range(ty, a.type_vocab)) atomicMin(&bad_type, i);
         }
     }
     __syncthreads();
@@ -227,7 +239,7 @@ extern "C" stof_status enc_pack_tokens(stof_ctx *ctx, const void *src, stof_dtyp
 /* An id or type as packed: v when it indexes a table of n rows, else 0. */
 static __device__ __forceinline__ int32_t in_table(long long v, int n)
 {
-    return v >= 0 && v < n ? (int32_t)v : 0;
+    return in_range(v, n) ? (int32_t)v : 0;
 }
 
 /* The inclusive sum of v over threads 0..threadIdx.x of the CTA (every thread
@@ -267,8 +279,7 @@ static __global__ void __launch_bounds__(1024) pack_prefix_kernel(enc_pack_args 
         const int b = base + threadIdx.x;
         int v = 0;
         if (b < a.batch) {
-            v = a.report[(int64_t)b * ENC_SCAN_WORDS + ENC_SCAN_LENGTH];
-            v = v < 0 ? 0 : v > a.len ? a.len : v;
+            v = clamp_len(a.report[(int64_t)b * ENC_SCAN_WORDS + ENC_SCAN_LENGTH], a.len);
             a.lens[b] = v;
         }
         /* carry is read after the sum's barriers, which follow its last write */
@@ -346,21 +357,21 @@ static __global__ void __launch_bounds__(SCAN_PACK_MAX)
     }
     __syncthreads();
     const int length = a.mask ? first_zero[b] : a.lengths[b];
-    const int upto = length < 0 ? 0 : length > L ? L : length;
+    const int upto = clamp_len(length, L);
     long long id = 0, ty = 0;
     if (i < n) {
         if (a.mask && pos > length && v == 1) atomicMin(&one_after[b], pos);
         if (a.ids) id = load_int(a.ids, a.ids_dtype, i);
         if (a.types) ty = load_int(a.types, a.types_dtype, i);
-        if (pos < upto && a.ids && (id < 0 || id >= a.vocab)) atomicMin(&bad_id[b], pos);
-        if (pos < upto && a.types && (ty < 0 || ty >= a.type_vocab)) atomicMin(&bad_type[b], pos);
+        if (pos < upto && a.ids && !in_range(id, a.vocab)) atomicMin(&bad_id[b], pos);
+        if (pos < upto && a.types && !in_range(ty, a.type_vocab)) atomicMin(&bad_type[b], pos);
     }
     __syncthreads();
     /* One thread per sequence: the report, then the prefix sums of the clamped lengths. */
     int own = 0;
     if (i < B) {
         const int len_i = a.mask ? first_zero[i] : a.lengths[i];
-        const int upto_i = len_i < 0 ? 0 : len_i > L ? L : len_i;
+        const int upto_i = clamp_len(len_i, L);
         write_report(a, i, len_i, upto_i, bad_value[i], one_after[i], bad_id[i], bad_type[i]);
         own = upto_i;
         p.lens[i] = upto_i;
