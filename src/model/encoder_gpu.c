@@ -1188,6 +1188,15 @@ static void graph_capture(stof_model *m, const enc_request *r, const dev_inputs 
     }
 }
 
+/* Launches a captured forward on s and notes its use. */
+static stof_status graph_launch(enc_gpu *g, enc_graph *e, cudaStream_t s)
+{
+    STOF_CUDA_TRY(cudaGraphLaunch(e->exec, s));
+    e->last_use = ++g->clock;
+    e->runs++;
+    return STOF_OK;
+}
+
 /* Whether a graph may be launched on s: not while s is capturing (the caller's
  * own capture), nor when that cannot be told (the error is cleared). */
 static bool can_launch_graph(cudaStream_t s)
@@ -1229,8 +1238,7 @@ static stof_status graph_run(stof_model *m, const enc_request *r, const dev_inpu
     if (e->failed) return STOF_OK;
     if (!e->exec) graph_capture(m, r, in, e);
     if (!e->exec) return STOF_OK;
-    STOF_CUDA_TRY(cudaGraphLaunch(e->exec, s));
-    e->runs++;
+    STOF_TRY(graph_launch(g, e, s));
     *done = true;
     return STOF_OK;
 }
@@ -1274,9 +1282,7 @@ static stof_status launch_ahead(stof_model *m, const enc_request *r, bool *compu
         if (!e || !e->exec) return STOF_OK;
         if (!r->mask) *k = (enc_ahead_memo){true, has_types, r->batch, r->len, g->gen, e};
     }
-    STOF_CUDA_TRY(cudaGraphLaunch(e->exec, s));
-    e->last_use = ++g->clock;
-    e->runs++;
+    STOF_TRY(graph_launch(g, e, s));
     g->ahead++;
     *computed = true;
     return STOF_OK;
