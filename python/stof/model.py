@@ -60,10 +60,6 @@ _lib._SIGNATURES.update({
 })
 
 _DTYPE_NAMES = {_lib.F32: "float32", _lib.F16: "float16", _lib.BF16: "bfloat16"}
-_ITEM_BYTES = {_lib.F32: 4, _lib.F16: 2, _lib.BF16: 2}
-# Outputs of at most this many bytes (BERT-base up to 16 x 128 tokens in f16) are
-# allocated one call ahead (Model._prepare_output).
-_READY_BYTES = 4 << 20
 _DTYPE_ALIASES = {"float32": _lib.F32, "fp32": _lib.F32, "f32": _lib.F32, "float": _lib.F32,
                   "float16": _lib.F16, "fp16": _lib.F16, "f16": _lib.F16, "half": _lib.F16,
                   "bfloat16": _lib.BF16, "bf16": _lib.BF16}
@@ -163,10 +159,6 @@ class Model:
         self._gpu_index = -1 if ctx.kind == "cpu" else ctx.index
         self._params = _lib.fn("stof_forward_default_params")()
         self._out = None
-        # [(tensor, its description, stream)] or []: the next call's output. A list,
-        # so that taking it (pop) and replacing it are each one atomic step when
-        # threads share the model.
-        self._ready = []
 
     @classmethod
     def from_pretrained(cls, path, device=None, dtype=None):
@@ -326,9 +318,7 @@ class Model:
         CPU or the model's device), as a torch tensor on the model's device in the run dtype
         (float32 on the CPU), zeros at padding. attention_mask [B, L] must be 1 then 0 along
         each row (right padding; stof computes only the real tokens). mask: an attention mask
-        spec (str or stof.Mask) applied within each sequence. On a GPU, outputs of up to
-        4 MiB are allocated one call ahead (the model holds one such tensor between calls),
-        so that the allocation is not on the way to the first kernel."""
+        spec (str or stof.Mask) applied within each sequence."""
         self._check_open()
         torch = _torch()
         ids = self._token_tensor(torch, input_ids, "input_ids")
@@ -343,40 +333,13 @@ class Model:
         if self._out is None:
             self._out = (torch.device(self.device), {_lib.F32: torch.float32,
                          _lib.F16: torch.float16, _lib.BF16: torch.bfloat16}[self._info.dtype])
-        shape = (B, L, self._info.hidden)
-        hidden, described = self._output(torch, shape)
+        device, dtype = self._out
+        hidden = torch.empty((B, L, self._info.hidden), dtype=dtype, device=device)
         self._forward(_arrays.describe(ids), None,
                       _arrays.describe(types) if types is not None else None,
-                      described, None, mask,
+                      _arrays.describe(hidden), None, mask,
                       _arrays.describe(am) if am is not None else None)
-        self._prepare_output(torch, shape)
         return hidden
-
-    def _output(self, torch, shape):
-        """The output tensor of a call and its description: the one made ready by the
-        call before when it has this shape and torch's stream is the same, else new."""
-        try:
-            ready = self._ready.pop()
-        except IndexError:
-            ready = None
-        if ready is not None and ready[0].shape == shape and \
-                ready[2] == self._ctx.torch_stream():
-            return ready[0], ready[1]
-        device, dtype = self._out
-        hidden = torch.empty(shape, dtype=dtype, device=device)
-        return hidden, _arrays.describe(hidden)
-
-    def _prepare_output(self, torch, shape):
-        """Allocates the next call's output of a small forward now, while the device
-        runs this one, so that a caller waiting on each forward does not wait for the
-        allocator before the first kernel starts. One tensor of at most _READY_BYTES
-        per model; a call of another shape or stream allocates its own."""
-        device, dtype = self._out
-        if self._ctx.kind != "cuda" or \
-                shape[0] * shape[1] * shape[2] * _ITEM_BYTES[self._info.dtype] > _READY_BYTES:
-            return
-        hidden = torch.empty(shape, dtype=dtype, device=device)
-        self._ready[:] = [(hidden, _arrays.describe(hidden), self._ctx.torch_stream())]
 
     def _token_tensor(self, torch, x, name):
         # The usual case first, in few steps (every forward pays for them): an
@@ -440,7 +403,6 @@ class Model:
 
     def close(self):
         """Free the model (and its device memory) now."""
-        self._ready[:] = []
         if self._tokenizer is not None:
             self._tokenizer.close()
             self._tokenizer = None
