@@ -125,6 +125,11 @@ int attn_sm90_usable(const attn_device *dev, int head_dim, int tile_m, int tile_
            attn_sm90_smem_bytes(head_dim, 64) <= dev->smem_per_block;
 }
 
+int attn_sm90_fills_device(const attn_problem *p, const attn_device *dev)
+{
+    return (double)p->batch * p->heads * ceil((double)p->lq / 64) > dev->sm_count;
+}
+
 /* Rule 3. of select.h; the kernel is usable (attn_sm90_usable). */
 static stof_attn_choice sm90_choice(const attn_problem *p, const attn_device *dev, double score)
 {
@@ -210,7 +215,8 @@ stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn
         *out = rowwise_choice(p, rho, bound);
         return STOF_OK;
     }
-    if (forced == STOF_ATTN_AUTO && attn_sm90_usable(dev, p->head_dim, p->tile_m, p->tile_n)) {
+    if (forced == STOF_ATTN_AUTO && attn_sm90_usable(dev, p->head_dim, p->tile_m, p->tile_n) &&
+        attn_sm90_fills_device(p, dev)) {
         *out = sm90_choice(p, dev, best_score);
         return STOF_OK;
     }
