@@ -263,26 +263,30 @@ static void test_sm90_rule(void)
                  STOF_ATTN_BLOCKWISE_SM90, 4, 64);
     check_choice("dense 4096 64x64 on sm_90", problem(4, 16, 4096, 64, 64, 64, 64.0), d,
                  STOF_ATTN_BLOCKWISE_SM90, 4, 64);
-    /* A grid of at most one CTA a SM (B * H * ceil(L / 64) <= 132) stays on mma.sync:
-     * (1, 12, 128), 24 CTAs, on either tile shape; 66 heads of 128 rows are 132 CTAs,
-     * 67 heads 134, which the wgmma kernel runs, as (16, 12, 128), 384. */
+    /* A short grid (head dim 64, at most 4 tiles a row, B * H * ceil(L / 64) <= 132)
+     * stays on mma.sync: (1, 12, 128), 24 CTAs, on either tile shape; 66 heads of 128
+     * rows are 132 CTAs, 67 heads 134, which the wgmma kernel runs, as (16, 12, 128),
+     * 384; (1, 12, 256) with its 4 tiles a row, not (1, 12, 320) with 5, nor (1, 12,
+     * 128) at head dim 128. */
     static const struct {
         const char *what;
-        int batch, heads, tile_m;
+        int batch, heads, len, head_dim, tile_m;
+        double tiles;
         stof_attn_kernel kernel;
         int warps;
-    } grids[] = {{"(1, 12, 128) on 128x64 tiles", 1, 12, 128, STOF_ATTN_BLOCKWISE, 0},
-                 {"(1, 12, 128) on 64x64 tiles", 1, 12, 64, STOF_ATTN_BLOCKWISE, 4},
-                 {"132 CTAs of 64 rows", 1, 66, 64, STOF_ATTN_BLOCKWISE, 0},
-                 {"134 CTAs of 64 rows", 1, 67, 64, STOF_ATTN_BLOCKWISE_SM90, 4},
-                 {"(16, 12, 128)", 16, 12, 64, STOF_ATTN_BLOCKWISE_SM90, 4}};
+    } grids[] = {{"(1, 12, 128) on 128x64 tiles", 1, 12, 128, 64, 128, 2.0, STOF_ATTN_BLOCKWISE, 0},
+                 {"(1, 12, 128) on 64x64 tiles", 1, 12, 128, 64, 64, 2.0, STOF_ATTN_BLOCKWISE, 4},
+                 {"132 CTAs of 64 rows", 1, 66, 128, 64, 64, 2.0, STOF_ATTN_BLOCKWISE, 0},
+                 {"134 CTAs of 64 rows", 1, 67, 128, 64, 64, 2.0, STOF_ATTN_BLOCKWISE_SM90, 4},
+                 {"(16, 12, 128)", 16, 12, 128, 64, 64, 2.0, STOF_ATTN_BLOCKWISE_SM90, 4},
+                 {"(1, 12, 256)", 1, 12, 256, 64, 64, 4.0, STOF_ATTN_BLOCKWISE, 0},
+                 {"(1, 12, 320)", 1, 12, 320, 64, 64, 5.0, STOF_ATTN_BLOCKWISE_SM90, 4},
+                 {"head dim 128", 1, 12, 128, 128, 64, 2.0, STOF_ATTN_BLOCKWISE_SM90, 4}};
     for (size_t i = 0; i < sizeof grids / sizeof grids[0]; i++)
         check_choice(grids[i].what,
-                     problem(grids[i].batch, grids[i].heads, 128, 64, grids[i].tile_m, 64, 2.0), d,
-                     grids[i].kernel, grids[i].warps, 16 * grids[i].warps);
-    attn_problem fill = problem(1, 12, 512, 64, 64, 64, 8.0);
-    CHECK(!attn_sm90_fills_device(&fill, &d) && (fill.batch = 2, attn_sm90_fills_device(&fill, &d)),
-          "(1, 12, 512) is 96 CTAs, (2, 12, 512) 192");
+                     problem(grids[i].batch, grids[i].heads, grids[i].len, grids[i].head_dim,
+                             grids[i].tile_m, 64, grids[i].tiles),
+                     d, grids[i].kernel, grids[i].warps, 16 * grids[i].warps);
     /* Imbalanced long rows, 132 CTAs of 128 rows, one per SM: two warpgroups; 131: one. */
     check_choice("132 CTAs on sm_90", causal(1, 132, 128, 128, 128, 64, 16.0), d,
                  STOF_ATTN_BLOCKWISE_SM90, 8, 128);

@@ -125,9 +125,10 @@ int attn_sm90_usable(const attn_device *dev, int head_dim, int tile_m, int tile_
            attn_sm90_smem_bytes(head_dim, 64) <= dev->smem_per_block;
 }
 
-int attn_sm90_fills_device(const attn_problem *p, const attn_device *dev)
+int attn_sm90_short_grid(const attn_problem *p, const attn_device *dev)
 {
-    return (double)p->batch * p->heads * ceil((double)p->lq / 64) > dev->sm_count;
+    return p->head_dim == 64 && p->tiles_per_row <= ATTN_SM90_SHORT_TILES &&
+           (double)p->batch * p->heads * ceil((double)p->lq / 64) <= dev->sm_count;
 }
 
 /* Rule 3. of select.h; the kernel is usable (attn_sm90_usable). */
@@ -216,7 +217,7 @@ stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn
         return STOF_OK;
     }
     if (forced == STOF_ATTN_AUTO && attn_sm90_usable(dev, p->head_dim, p->tile_m, p->tile_n) &&
-        attn_sm90_fills_device(p, dev)) {
+        !attn_sm90_short_grid(p, dev)) {
         *out = sm90_choice(p, dev, best_score);
         return STOF_OK;
     }

@@ -49,18 +49,20 @@
  *    compute capability is exactly 9.0 (attn_device.cc == 90: wgmma exists on
  *    sm_90a only), its objects are built (attn_device.sm90_kernels), the head
  *    dim is 64 or 128 and the tiles are 64 x 64 or 128 x 64. When 1. and 2.
- *    decide block-wise, it is usable and its one-warpgroup grid has more CTAs
- *    than the device has SMs (B * H * ceil(Lq / 64) > sm_count:
- *    attn_sm90_fills_device), it runs instead of the mma.sync kernel. A grid
- *    of at most one CTA a SM stays on mma.sync: each SM then runs one CTA of
- *    a few tiles, whose latency is the kernel's time, and the wgmma kernel's
+ *    decide block-wise and it is usable, it runs instead of the mma.sync
+ *    kernel, except on a short grid (attn_sm90_short_grid): head dim 64, at
+ *    most ATTN_SM90_SHORT_TILES listed tiles a row, and at most one CTA a SM
+ *    (B * H * ceil(Lq / 64) <= sm_count). There each SM runs one CTA of a
+ *    few tiles, whose latency is the kernel's time, and the wgmma kernel's
  *    set-up (barriers, TMA descriptors, the proxy fence) is the longer.
  *    Measured on an H200 (BERT-base forwards, 12 heads, GPU time of the whole
  *    forward with one kernel or the other, two rounds): (1, 128), 24 CTAs,
  *    0.359 against 0.367 ms; (1, 256), 48 CTAs, 0.435-0.443 against 0.450
- *    ms; (1, 512), 96 CTAs, 0.524-0.534 against 0.535 ms; and the other way
- *    at (4, 256), 192 CTAs, 0.675-0.681 against 0.665-0.667 ms. The wgmma
- *    kernel runs with
+ *    ms; the other way at (4, 256), 192 CTAs, 0.675-0.681 against
+ *    0.665-0.667 ms. Alone (bench_attention), head dim 128 and rows of 8
+ *    tiles favour the wgmma kernel on such grids ((1, 12, 512, 128): 16-18
+ *    against 19-21 us), head dim 64 at 8 tiles is even, hence the limits.
+ *    The wgmma kernel runs with
  *        two warpgroups (block_m 128, 8 warps) when tile_m = 128, the rows
  *            are imbalanced (row_imbalance > ATTN_HEAVY_FIRST_IMBALANCE: causal
  *            and global-token masks), long (tiles_per_row >=
@@ -104,6 +106,9 @@ extern "C" {
 /* Listed tiles per row from which imbalanced rows take two warpgroups on the
  * sm_90 kernel (rule 3). */
 #define ATTN_SM90_TWO_WG_TILES 16.0
+/* Listed tiles per row up to which a grid of at most one CTA a SM is short
+ * (rule 3: it stays on mma.sync at head dim 64). */
+#define ATTN_SM90_SHORT_TILES 4.0
 
 typedef struct attn_device {
     int sm_count;
@@ -155,9 +160,9 @@ double attn_bw_score(const attn_bw_config *c, const attn_problem *p, const attn_
  * and 128. attn_sm90_usable adds the device and build conditions. */
 int attn_sm90_config_fits(int head_dim, int tile_m, int tile_n, int warps, int block_m);
 int attn_sm90_usable(const attn_device *dev, int head_dim, int tile_m, int tile_n);
-/* Whether the sm_90 kernel's one-warpgroup grid, B * H * ceil(Lq / 64) CTAs,
- * outnumbers dev's SMs (3.: a grid that does not stays on mma.sync). */
-int attn_sm90_fills_device(const attn_problem *p, const attn_device *dev);
+/* A short grid (3.), which stays on mma.sync: head dim 64, at most
+ * ATTN_SM90_SHORT_TILES tiles a row, B * H * ceil(Lq / 64) <= sm_count. */
+int attn_sm90_short_grid(const attn_problem *p, const attn_device *dev);
 /* Dynamic shared memory of one sm_90 CTA: Q block, two K and two V tiles of
  * 64 rows, unpadded (128-byte swizzle), plus 1024 bytes to align the base and
  * 64 for the mbarriers of the K and V buffers. */
