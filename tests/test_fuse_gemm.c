@@ -911,9 +911,21 @@ static void test_cache_and_refusals(stof_ctx *ctx, fuse_ws ws)
     if (!sm90_runs) { /* where it runs, residual_choices compares it with the CPU */
         CHECK_STATUS(fuse_linear_res_ln(ctx, &hopper, &ln_args, ws), STOF_ERR_UNSUPPORTED);
     }
-    if (sm90_runs) { /* partial sums over the output: refused before any launch */
+    /* partial sums over the output or the residual: refused before any launch, on the
+     * cuBLASLt path as on gemm_sm90's */
+    fuse_ws over = {y, (size_t)m * n * 2 * 8};
+    fuse_choice lt_split = {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 2};
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &lt_split, &ln_args, over), STOF_ERR_INVALID_ARG);
+    CHECK(strstr(stof_last_error(), "overlap") != NULL, "cuBLASLt partial sums over y: %s",
+          stof_last_error());
+    fuse_linear_args other_y = ln_args;
+    other_y.y = fuse_test_alloc((size_t)m * n * 2);
+    CHECK_STATUS(fuse_linear_res_ln(ctx, &lt_split, &other_y, over), STOF_ERR_INVALID_ARG);
+    CHECK(strstr(stof_last_error(), "overlap") != NULL, "cuBLASLt partial sums over residual: %s",
+          stof_last_error());
+    cudaFree(other_y.y);
+    if (sm90_runs) {
         fuse_choice small = {FUSE_PATH_STOF, fuse_config_sm90_small(), 0, 2};
-        fuse_ws over = {y, (size_t)m * n * 2 * 8};
         CHECK_STATUS(fuse_linear_res_ln(ctx, &small, &ln_args, over), STOF_ERR_INVALID_ARG);
         CHECK(strstr(stof_last_error(), "overlap") != NULL, "gemm_sm90 partial sums over y: %s",
               stof_last_error());

@@ -179,7 +179,9 @@ typedef struct fuse_choice {
                            LayerNorm kernel adds them up with bias and residual
                            (fuse_lt_split_rule). FUSE_PATH_STOF with config.tpl GEMM_SM90: the
                            same with gemm_sm90 writing the S >= 1 planes (0 counts as 1), each
-                           slice a multiple of 64 deep (fuse_sm90_small_rule) */
+                           slice a multiple of 64 deep (fuse_sm90_small_rule). On both paths
+                           the workspace's front is 16-byte aligned and clear of x, w,
+                           residual and y, or the segment is refused before any launch */
 } fuse_choice;
 
 /* QKV and FFN1: y = act(x w^T + b). ws feeds cuBLASLt (may be empty). Path

@@ -142,15 +142,25 @@ static stof_status check_sm90(const stof_ctx *ctx, const char *what)
     return STOF_OK;
 }
 
-/* The front of ws for the fp32 partial sums of splits K slices of m x n. */
-static stof_status parts_in_ws(fuse_ws ws, int splits, int64_t m, int n, const char *what,
+/* The front of ws for the fp32 partial sums of a's GEMM in splits K slices:
+ * room for them, 16-byte aligned (the LayerNorm reads them four floats at a
+ * time), and clear of every operand the GEMM and the LayerNorm read or write. */
+static stof_status parts_in_ws(fuse_ws ws, int splits, const fuse_linear_args *a, const char *what,
                                float **parts)
 {
-    size_t bytes = fuse_lt_parts_bytes(splits, m, n);
+    const size_t bytes = fuse_lt_parts_bytes(splits, a->m, a->n);
     STOF_REQUIRE(ws.ptr && ws.bytes >= bytes, STOF_ERR_INVALID_ARG,
                  "%s: %d K slices of %lld x %d need %zu bytes of workspace for their partial "
                  "sums; %zu were lent",
-                 what, splits, (long long)m, n, bytes, ws.bytes);
+                 what, splits, (long long)a->m, a->n, bytes, ws.bytes);
+    STOF_REQUIRE(((uintptr_t)ws.ptr & 15) == 0, STOF_ERR_INVALID_ARG,
+                 "%s: the workspace for partial sums is not 16-byte aligned", what);
+    const size_t row_bytes = (size_t)a->m * a->n * 2;
+    STOF_REQUIRE(!fuse_overlap(a->x, (size_t)a->m * a->k * 2, ws.ptr, bytes) &&
+                     !fuse_overlap(a->w, (size_t)a->n * a->k * 2, ws.ptr, bytes) &&
+                     !fuse_overlap(a->residual, row_bytes, ws.ptr, bytes) &&
+                     !fuse_overlap(a->y, row_bytes, ws.ptr, bytes),
+                 STOF_ERR_INVALID_ARG, "%s: the partial sums overlap x, w, residual or y", what);
     *parts = ws.ptr;
     return STOF_OK;
 }
@@ -184,16 +194,7 @@ static stof_status sm90_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
     STOF_TRY(resolve_config(ctx, &choice->config, FUSE_TPL_GEMM_SM90, args->m, args->n,
                             args->k / splits, what, &cfg));
     float *parts = NULL;
-    STOF_TRY(parts_in_ws(ws, splits, args->m, args->n, what, &parts));
-    const size_t bytes = fuse_lt_parts_bytes(splits, args->m, args->n);
-    const size_t row_bytes = (size_t)args->m * args->n * 2;
-    STOF_REQUIRE(((uintptr_t)ws.ptr & 15) == 0, STOF_ERR_INVALID_ARG,
-                 "%s: the workspace for partial sums is not 16-byte aligned", what);
-    STOF_REQUIRE(!fuse_overlap(args->x, (size_t)args->m * args->k * 2, ws.ptr, bytes) &&
-                     !fuse_overlap(args->w, (size_t)args->n * args->k * 2, ws.ptr, bytes) &&
-                     !fuse_overlap(args->residual, row_bytes, ws.ptr, bytes) &&
-                     !fuse_overlap(args->y, row_bytes, ws.ptr, bytes),
-                 STOF_ERR_INVALID_ARG, "%s: the partial sums overlap x, w, residual or y", what);
+    STOF_TRY(parts_in_ws(ws, splits, args, what, &parts));
 #ifdef STOF_HAVE_FUSE_SM90
     STOF_TRY(fuse_launch_gemm_sm90_parts(ctx, &cfg, args, splits, parts));
     return fuse_launch_layernorm_parts(ctx, args->dtype, args->m, args->n, parts, splits,
@@ -267,7 +268,9 @@ static stof_status lt_linear_res_ln(stof_ctx *ctx, const fuse_linear_args *args,
 {
     if (splits >= 2 && gamma) {
         float *parts = NULL;
-        STOF_TRY(parts_in_ws(ws, splits, args->m, args->n, what, &parts));
+        fuse_linear_args read = *args;
+        read.residual = residual;
+        STOF_TRY(parts_in_ws(ws, splits, &read, what, &parts));
         STOF_TRY(fuse_lt_gemm_parts(ctx, args, splits, parts,
                                     fuse_lt_parts_rest(ws, splits, args->m, args->n)));
         return fuse_launch_layernorm_parts(ctx, args->dtype, args->m, args->n, parts, splits,
