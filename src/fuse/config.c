@@ -251,8 +251,8 @@ bool fuse_sm90_available(const stof_ctx *ctx)
 
 fuse_config fuse_config_sm90_small(void)
 {
-    fuse_config c = {FUSE_TPL_GEMM_SM90, 64, 64, 64, 1, 1, 12};
-    return c;
+    static const fuse_config small[] = {FUSE_GEMM_SM90_SMALL(ROW_SM90)};
+    return small[0];
 }
 
 static int64_t config_ctas(const fuse_config *c, int64_t m, int n)

@@ -35,7 +35,9 @@
 #define FUSE_GEMM_SM90_INSTANCES(X)                                                                \
     X(128, 256, 64, 2, 1, 4)                                                                       \
     X(128, 128, 64, 2, 1, 3)                                                                       \
-    X(64, 64, 64, 1, 1, 12)
+    FUSE_GEMM_SM90_SMALL(X)
+/* The 64x64 tile, which fuse_config_sm90_small names. */
+#define FUSE_GEMM_SM90_SMALL(X) X(64, 64, 64, 1, 1, 12)
 
 /* Its shared memory: the stages of x and w tiles (rows of 128 bytes), a full
  * and an empty mbarrier per stage, and slack to align the tiles to 1024 bytes. */
