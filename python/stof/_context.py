@@ -68,23 +68,30 @@ class Context:
         raw = _lib.fn("stof_ctx_device_name")(self.handle)
         return raw.decode() if raw else ""
 
-    def follow_torch_stream(self):
-        """Point a GPU context at torch's current stream on its device. The
-        handle may be 0 (the legacy default stream), which is set like any other."""
+    def torch_stream(self):
+        """The raw handle of torch's current stream on this context's GPU (0: the
+        legacy default stream), or None on the CPU or without torch's CUDA."""
         if self.kind != "cuda":
-            return
+            return None
         read = self._current_stream
         if read is None:
             torch = _arrays.torch_module()
             if torch is None or not torch.cuda.is_available():
-                return
+                return None
             # The raw handle without building a torch.cuda.Stream (a few microseconds a
             # call, on the critical path of a small forward); the public call where torch
             # lacks it. Found once: torch and its CUDA support do not change in a process.
             read = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
                 (lambda i: torch.cuda.current_stream(i).cuda_stream)
             self._current_stream = read
-        self.use_stream(read(self.index))
+        return read(self.index)
+
+    def follow_torch_stream(self):
+        """Point a GPU context at torch's current stream on its device. The
+        handle may be 0 (the legacy default stream), which is set like any other."""
+        stream = self.torch_stream()
+        if stream is not None:
+            self.use_stream(stream)
 
     @property
     def stream(self):

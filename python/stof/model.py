@@ -60,6 +60,12 @@ _lib._SIGNATURES.update({
 })
 
 _DTYPE_NAMES = {_lib.F32: "float32", _lib.F16: "float16", _lib.BF16: "bfloat16"}
+_ITEM_BYTES = {_lib.F32: 4, _lib.F16: 2, _lib.BF16: 2}
+# Outputs of at most this many bytes (BERT-base up to 16 x 128 tokens in f16) are
+# allocated one call ahead (Model._prepare_output).
+_READY_BYTES = 4 << 20
+# Shapes whose C arguments a model keeps ready (Model._prepared); past that it starts over.
+_PREPARED_SHAPES = 16
 _DTYPE_ALIASES = {"float32": _lib.F32, "fp32": _lib.F32, "f32": _lib.F32, "float": _lib.F32,
                   "float16": _lib.F16, "fp16": _lib.F16, "f16": _lib.F16, "half": _lib.F16,
                   "bfloat16": _lib.BF16, "bf16": _lib.BF16}
@@ -140,6 +146,32 @@ def _torch():
     return torch
 
 
+class _Prepared:
+    """The C arguments of a forward on device ids and attention mask of one shape and
+    dtype pair, built once: a call fills in the three data pointers. Used under the
+    model's lock (the structures are shared by the calls of that shape)."""
+
+    __slots__ = ("ids", "am", "hidden", "params", "args")
+
+    def __init__(self, model, B, L, ids_code, am_code):
+        H = model._info.hidden
+        self.ids = _device_tensor(ids_code, (B, L), (L, 1))
+        self.am = _device_tensor(am_code, (B, L), (L, 1))
+        self.hidden = _device_tensor(model._info.dtype, (B, L, H), (L * H, H, 1))
+        self.params = _ForwardParams.from_buffer_copy(model._params)
+        self.params.attention_mask = ctypes.pointer(self.am)
+        ref = ctypes.byref
+        self.args = (model._handle, ref(self.params), ref(self.ids), None, None,
+                     ref(self.hidden), None)
+
+
+def _device_tensor(code, shape, stride):
+    t = _lib.Tensor(None, code, _lib.MEM_DEVICE, len(shape))
+    t.shape[:len(shape)] = shape
+    t.stride[:len(shape)] = stride
+    return t
+
+
 class Model:
     """A BERT encoder loaded by stof. Make one with Model.from_pretrained(dir)."""
 
@@ -159,6 +191,12 @@ class Model:
         self._gpu_index = -1 if ctx.kind == "cpu" else ctx.index
         self._params = _lib.fn("stof_forward_default_params")()
         self._out = None
+        # The fast path of a call on device tensors (Model._call_device): C arguments
+        # per (shape, ids dtype, mask dtype), and [(tensor, stream)] or []: the next
+        # call's output, a list so that taking and replacing it are each one atomic
+        # step when threads share the model.
+        self._prepared = {}
+        self._ready = []
 
     @classmethod
     def from_pretrained(cls, path, device=None, dtype=None):
@@ -318,9 +356,15 @@ class Model:
         CPU or the model's device), as a torch tensor on the model's device in the run dtype
         (float32 on the CPU), zeros at padding. attention_mask [B, L] must be 1 then 0 along
         each row (right padding; stof computes only the real tokens). mask: an attention mask
-        spec (str or stof.Mask) applied within each sequence."""
+        spec (str or stof.Mask) applied within each sequence. On a GPU, an output of up to
+        4 MiB is allocated one call ahead (the model holds one such tensor between calls),
+        so that the allocation is not on the way to the first kernel."""
         self._check_open()
         torch = _torch()
+        if mask is None and token_type_ids is None:
+            hidden = self._call_device(torch, input_ids, attention_mask)
+            if hidden is not None:
+                return hidden
         ids = self._token_tensor(torch, input_ids, "input_ids")
         B, L = ids.shape
         am = self._attention_mask(torch, attention_mask, B, L)
@@ -330,16 +374,82 @@ class Model:
             if tuple(types.shape) != (B, L):
                 raise ValueError(f"token_type_ids has shape {tuple(types.shape)}, input_ids "
                                  f"{(B, L)}")
-        if self._out is None:
-            self._out = (torch.device(self.device), {_lib.F32: torch.float32,
-                         _lib.F16: torch.float16, _lib.BF16: torch.bfloat16}[self._info.dtype])
-        device, dtype = self._out
+        device, dtype = self._output_kind(torch)
         hidden = torch.empty((B, L, self._info.hidden), dtype=dtype, device=device)
         self._forward(_arrays.describe(ids), None,
                       _arrays.describe(types) if types is not None else None,
                       _arrays.describe(hidden), None, mask,
                       _arrays.describe(am) if am is not None else None)
         return hidden
+
+    def _call_device(self, torch, ids, am):
+        """The usual GPU call in few steps: int32/int64 ids and an int32/int64/uint8
+        attention mask, both [B, L], contiguous, on the model's GPU, which is torch's
+        current device. Every host step here comes before the first kernel of a small
+        forward, so the C arguments are kept per shape and the output is allocated a
+        call ahead. None for any other call (the general path takes it)."""
+        index = self._gpu_index
+        if index < 0 or type(ids) is not torch.Tensor or type(am) is not torch.Tensor:
+            return None
+        shape = ids.shape
+        if len(shape) != 2 or am.shape != shape:
+            return None
+        key = (shape, ids.dtype, am.dtype)
+        prep = self._prepared.get(key)
+        if prep is None:
+            ids_code = {torch.int64: _lib.I64, torch.int32: _lib.I32}.get(ids.dtype)
+            am_code = {torch.int64: _lib.I64, torch.int32: _lib.I32,
+                       torch.uint8: _lib.U8}.get(am.dtype)
+            if ids_code is None or am_code is None:
+                return None
+            if len(self._prepared) >= _PREPARED_SHAPES:
+                self._prepared = {}
+            prep = _Prepared(self, shape[0], shape[1], ids_code, am_code)
+            self._prepared[key] = prep
+        if ids.get_device() != index or am.get_device() != index or \
+                not ids.is_contiguous() or not am.is_contiguous() or \
+                torch.cuda.current_device() != index:
+            return None
+        stream = self._ctx.torch_stream()
+        out = (shape[0], shape[1], self._info.hidden)
+        hidden = self._output(torch, out, stream)
+        with self._lock:
+            self._ctx.use_stream(stream)
+            prep.ids.data = ids.data_ptr()
+            prep.am.data = am.data_ptr()
+            prep.hidden.data = hidden.data_ptr()
+            status = _lib.fn("stof_model_forward")(*prep.args)
+            if status != 0:
+                raise _lib.StofError(status, _lib.last_error(), "stof_model_forward")
+        self._prepare_output(torch, out, stream)
+        return hidden
+
+    def _output(self, torch, shape, stream):
+        """The output of a call: the tensor the call before made ready when it has this
+        shape and stream, else a new one."""
+        try:
+            ready = self._ready.pop()
+        except IndexError:
+            ready = None
+        if ready is not None and ready[0].shape == shape and ready[1] == stream:
+            return ready[0]
+        device, dtype = self._output_kind(torch)
+        return torch.empty(shape, dtype=dtype, device=device)
+
+    def _prepare_output(self, torch, shape, stream):
+        """Allocates the next call's output of a small forward now, while the device
+        runs this one: at most one tensor of _READY_BYTES a model."""
+        if shape[0] * shape[1] * shape[2] * _ITEM_BYTES[self._info.dtype] > _READY_BYTES:
+            return
+        device, dtype = self._output_kind(torch)
+        self._ready[:] = [(torch.empty(shape, dtype=dtype, device=device), stream)]
+
+    def _output_kind(self, torch):
+        """torch's device and dtype of this model's outputs."""
+        if self._out is None:
+            self._out = (torch.device(self.device), {_lib.F32: torch.float32,
+                         _lib.F16: torch.float16, _lib.BF16: torch.bfloat16}[self._info.dtype])
+        return self._out
 
     def _token_tensor(self, torch, x, name):
         # The usual case first, in few steps (every forward pays for them): an
@@ -403,6 +513,8 @@ class Model:
 
     def close(self):
         """Free the model (and its device memory) now."""
+        self._ready[:] = []
+        self._prepared = {}
         if self._tokenizer is not None:
             self._tokenizer.close()
             self._tokenizer = None

@@ -288,7 +288,8 @@ def test_gpu_f16_matches_sentence_transformers():
     # bad device inputs are named as on the host.
     ids, am = batch["input_ids"], batch["attention_mask"]
     host = model(ids, am)
-    for mask in (am.cuda(), am.int().cuda(), am.bool().cuda(), am.bool()):
+    for mask in (am.cuda(), am.int().cuda(), am.to(torch.uint8).cuda(), am.bool().cuda(),
+                 am.bool()):
         assert torch.equal(model(ids.cuda(), mask), host)
     assert torch.equal(model(ids.int().cuda(), am.cuda()), host)
     assert torch.equal(model(ids.cuda().t().contiguous().t(), am.tolist()), host)
@@ -305,3 +306,40 @@ def test_gpu_f16_matches_sentence_transformers():
     with pytest.raises(stof.StofError, match=r"attention_mask\[3, 1\] = 7; it must hold only"):
         model(ids.cuda(), bad_am.cuda())
     assert torch.equal(model(ids.cuda(), am.cuda()), host)  # still usable after the errors
+
+
+@needs_model
+@pytest.mark.skipif(_gpu_count() == 0, reason="no GPU")
+def test_gpu_outputs_are_fresh():
+    """Calls on device tensors keep their C arguments per shape and get an output
+    allocated one call ahead: every call still returns a tensor of its own, which later
+    calls (of any shape, on any stream) leave alone."""
+    torch = pytest.importorskip("torch")
+    model = stof.Model.from_pretrained(MODEL, device="cuda")
+    gen = torch.Generator().manual_seed(5)
+
+    def inputs(B, L):
+        ids = torch.randint(1000, 20000, (B, L), generator=gen)
+        lengths = torch.randint(max(1, L // 2), L + 1, (B,), generator=gen)
+        am = (torch.arange(L)[None, :] < lengths[:, None]).long()
+        return (ids * am).cuda(), am.cuda()
+
+    shapes = [(1, 32), (1, 32), (2, 17), (1, 32), (3, 64), (1, 32)]
+    runs = [inputs(*s) for s in shapes]
+    want = [model(ids.cpu(), am.cpu()).clone() for ids, am in runs]  # the general path
+    outs = [model(ids, am) for ids, am in runs]
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        outs.append(model(*runs[0]))
+    side.synchronize()
+    outs.append(model(*runs[0]))
+    torch.cuda.synchronize()
+    ptrs = [o.data_ptr() for o in outs]
+    assert len(set(ptrs)) == len(ptrs), "two calls returned the same storage"
+    for i, (o, w) in enumerate(zip(outs, want + [want[0], want[0]])):
+        err = float((o.float() - w.float()).norm() / w.float().norm())
+        assert err < 1e-2, f"call {i} ({tuple(o.shape)}): rel err {err:.2e} against the " \
+            "general path (a later call wrote over it?)"
+    model.close()
+    with pytest.raises(ValueError, match="closed"):
+        model(*runs[0])
