@@ -262,23 +262,20 @@ int fuse_sm90_small_rule(int64_t m, int n, int k, bool residual, int sm_count, s
 /* cuBLASLt GEMM with bias and residual in its epilogue, then LayerNorm in
  * place; with splits >= 2 and a LayerNorm, the K-split GEMM into partial sums
  * at the front of ws, which the LayerNorm adds up with bias and residual. */
-static stof_status lt_linear_res_ln(stof_ctx *ctx, const fuse_linear_args *args,
-                                    const void *residual, const void *gamma, int splits, fuse_ws ws,
-                                    const char *what)
+static stof_status lt_linear_res_ln(stof_ctx *ctx, const fuse_linear_args *args, int splits,
+                                    fuse_ws ws, const char *what)
 {
-    if (splits >= 2 && gamma) {
+    if (splits >= 2 && args->gamma) {
         float *parts = NULL;
-        fuse_linear_args read = *args;
-        read.residual = residual;
-        STOF_TRY(parts_in_ws(ws, splits, &read, what, &parts));
+        STOF_TRY(parts_in_ws(ws, splits, args, what, &parts));
         STOF_TRY(fuse_lt_gemm_parts(ctx, args, splits, parts,
                                     fuse_lt_parts_rest(ws, splits, args->m, args->n)));
         return fuse_launch_layernorm_parts(ctx, args->dtype, args->m, args->n, parts, splits,
-                                           args->bias, residual, args->gamma, args->beta, args->eps,
-                                           args->y, NULL);
+                                           args->bias, args->residual, args->gamma, args->beta,
+                                           args->eps, args->y, NULL);
     }
-    STOF_TRY(fuse_lt_gemm(ctx, args, FUSE_ACT_NONE, residual, ws));
-    if (!gamma) return STOF_OK;
+    STOF_TRY(fuse_lt_gemm(ctx, args, FUSE_ACT_NONE, args->residual, ws));
+    if (!args->gamma) return STOF_OK;
     return fuse_add_layernorm(ctx, args->dtype, args->m, args->n, args->y, NULL, args->gamma,
                               args->beta, args->eps, args->y);
 }
@@ -310,7 +307,7 @@ stof_status fuse_linear_res_ln(stof_ctx *ctx, const fuse_choice *choice,
     STOF_TRY(check_linear(ctx, args, true, what));
     fuse_linear_args a = *args;
     a.lt_algo = choice->lt_algo;
-    return lt_linear_res_ln(ctx, &a, args->residual, args->gamma, choice->splits, ws, what);
+    return lt_linear_res_ln(ctx, &a, choice->splits, ws, what);
 }
 
 stof_status fuse_ffn(stof_ctx *ctx, const fuse_choice *choice, const fuse_ffn_args *args,
@@ -351,6 +348,7 @@ stof_status fuse_ffn(stof_ctx *ctx, const fuse_choice *choice, const fuse_ffn_ar
     down.gamma = args->gamma;
     down.beta = args->beta;
     down.eps = args->eps;
+    down.residual = args->residual;
     down.y = args->y;
-    return lt_linear_res_ln(ctx, &down, args->residual, args->gamma, choice->splits, ws, what);
+    return lt_linear_res_ln(ctx, &down, choice->splits, ws, what);
 }
