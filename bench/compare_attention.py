@@ -283,7 +283,7 @@ def run_case(torch, stof, flex, timer, dev, shape, name, args, l2_bytes, skip):
             ch = side("select", lambda: stof.attention_select(*sets[0], mask=cm))
             if ch is not None:
                 row["kernel"] = f"{ch.kernel} {ch.block_m}x{ch.block_n}" + (
-                    f" w{ch.warps}" if ch.warps else "")
+                    f" w{ch.warps}" if ch.warps else "") + (f" /{ch.split}" if ch.split > 1 else "")
             row["stof_ms"] = side("stof timing", lambda: timer.device_ms(
                 lambda s: stof.attention(*sets[s], mask=cm), n_sets))
             row["stof_mask_ms"] = side("stof mask timing", lambda: timer.build_ms(
@@ -354,7 +354,7 @@ def print_table(cases, file=None):
     """One line per case; a flex time marked * ran with kernel_options of its
     own (flex_options in the JSON), not inductor's defaults."""
     file = file or sys.stdout
-    head = (f"{'B':>3} {'H':>3} {'L':>5} {'D':>4} {'mask':<16} {'dens':>5} {'kernel':<18} "
+    head = (f"{'B':>3} {'H':>3} {'L':>5} {'D':>4} {'mask':<16} {'dens':>5} {'kernel':<26} "
             f"{'stof':>7} {'s.mask':>7} {'flex':>7} {'f.mask':>7} {'flash':>7} {'sdpa+m':>7} "
             f"{'xflex':>6} {'err':>8}")
     print(head, file=file)
@@ -367,7 +367,7 @@ def print_table(cases, file=None):
             flex_ms += "*"
             marked.append(c)
         print(f"{c['B']:>3} {c['H']:>3} {c['L']:>5} {c['D']:>4} {c['mask']:<16} "
-              f"{fmt(c['density'], '.3f'):>5} {(c['kernel'] or '-'):<18} {fmt(c['stof_ms']):>7} "
+              f"{fmt(c['density'], '.3f'):>5} {(c['kernel'] or '-'):<26} {fmt(c['stof_ms']):>7} "
               f"{fmt(c['stof_mask_ms']):>7} {flex_ms:>7} {fmt(c['flex_mask_ms']):>7} "
               f"{fmt(c['sdpa_flash_ms']):>7} {fmt(c['sdpa_mask_ms']):>7} {fmt(speed, '.2f'):>6} "
               f"{fmt(c['max_rel_err'], '.1e'):>8}", file=file)

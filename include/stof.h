@@ -225,7 +225,9 @@ STOF_API stof_status stof_mask_rebuild(stof_mask *mask);
 typedef struct stof_mask_stats {
     int instances;       /* distinct masks stored (batch entries x heads that differ) */
     int tile_m, tile_n;
-    int64_t tiles_total; /* instances x tile rows x tile cols */
+    int64_t tiles_total; /* instances x tile rows x tile cols; a dilated mask stored split by
+                            residue class (src/mask/mask.h) counts the tiles of one class,
+                            which every class shares */
     int64_t tiles_full;
     int64_t tiles_partial;
     int64_t nnz;         /* visible (query, key) pairs over all instances */
@@ -258,6 +260,8 @@ typedef struct stof_attn_choice {
     int block_m, block_n; /* tile shape the kernel runs with */
     int warps;            /* warps per CTA */
     double score;         /* the selector's figure of merit (documented in src/attn/select.h) */
+    int split;            /* reported: residue classes run as sequences of their own (a dilated
+                             mask stored split, src/mask/mask.h); 1: none */
 } stof_attn_choice;
 
 STOF_API stof_attn_params stof_attn_default_params(void);

@@ -464,7 +464,9 @@ static void run_case(acase *c, const char *tag)
                               {STOF_ATTN_BLOCKWISE_SM90, 4, 64, "blockwise_sm90/1 warpgroup"},
                               {STOF_ATTN_BLOCKWISE_SM90, 8, 128, "blockwise_sm90/2 warpgroups"}};
     bool blockwise_ok = (c->tile_m == 64 || c->tile_m == 128) && c->tile_n == 64;
-    bool sm90_case = sm90_ok && blockwise_ok && (c->D == 64 || c->D == 128);
+    /* A packed batch under a residue split is not the sm_90 kernel's (test_misuse). */
+    bool split_packed = mask && packed && stof_mask_tiles_view(mask)->split > 1;
+    bool sm90_case = sm90_ok && blockwise_ok && (c->D == 64 || c->D == 128) && !split_packed;
     for (int kk = 0; mask && kk < (on_gpu ? 9 : 1); kk++) {
         const run_kind *rk = &runs[kk];
         if (rk->kernel == STOF_ATTN_BLOCKWISE_SM90 ? !sm90_case : kk > 0 && c->sm90_only) continue;
@@ -484,6 +486,9 @@ static void run_case(acase *c, const char *tag)
         } else {
             st = stof_attention_select(ctx, &p, &q.t, mask, &ch);
             CHECK(st == STOF_OK, "%s [%s]: select: %s", c->name, rk->name, stof_last_error());
+            CHECK(st != STOF_OK || ch.split == stof_mask_tiles_view(mask)->split,
+                  "%s [%s]: select reports split %d, the mask has %d", c->name, rk->name, ch.split,
+                  stof_mask_tiles_view(mask)->split);
             if (on_gpu && kk > 0)
                 CHECK(ch.kernel == rk->kernel, "%s: forced %s, selected %s", c->name, rk->name,
                       kernel_name(ch.kernel));
@@ -827,6 +832,44 @@ static void group_sm90(int max_len)
     }
 }
 
+/* Dilated masks stored split by residue class: each class runs as a sequence
+ * of its own (rows d apart) in every kernel; dilations 2 to 7, class lengths
+ * from 1 up, padded and packed layouts, 64- and 128-row tiles, head dims 32 to
+ * 128, fp16 and bf16. The reference is the spec's dense plane. */
+static void group_split(int max_len)
+{
+    static const struct {
+        const char *spec;
+        int B, H, L, D, layout, tile_m, bf16, split;
+    } cases[] = {
+        {"dilated:128x2", 2, 2, 1024, 64, LAYOUT_BHLD, 64, 0, 2},
+        {"dilated:128x2", 1, 2, 4096, 128, LAYOUT_BLHD, 128, 1, 2},
+        {"dilated:128x2", 1, 1, 4096, 64, LAYOUT_BHLD, 128, 0, 2},
+        {"dilated:9x3", 2, 3, 51, 32, LAYOUT_BHLD, 64, 1, 3},
+        {"dilated:5x4", 2, 2, 128, 64, LAYOUT_PACKED, 64, 1, 4},
+        {"dilated:40x2,dilated:7x2", 2, 2, 1000, 128, LAYOUT_BLHD, 128, 0, 2},
+        {"dilated:0x2", 3, 2, 2, 64, LAYOUT_BHLD, 64, 1, 2},
+        {"dilated:300x2", 2, 1, 1000, 64, LAYOUT_PACKED, 128, 0, 2},
+        {"dilated:33x7", 1, 3, 700, 128, LAYOUT_BHLD, 64, 1, 7},
+        {"dilated:20x2", 2, 2, 130, 64, LAYOUT_BLHD, 64, 0, 2},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (cases[k].L > max_len) continue;
+        acase c = base_case(cases[k].B, cases[k].H, cases[k].L, cases[k].D,
+                            cases[k].bf16 ? STOF_BF16 : STOF_F16, cases[k].layout);
+        c.spec = parse(cases[k].spec);
+        c.tile_m = cases[k].tile_m;
+        if (!c.spec) continue;
+        describe(&c, "split ");
+        stof_mask *m = compile_case(&c);
+        if (m)
+            CHECK(stof_mask_tiles_view(m)->split == cases[k].split, "%s: split %d, want %d", c.name,
+                  stof_mask_tiles_view(m)->split, cases[k].split);
+        stof_mask_destroy(m);
+        run_and_free(&c, "split ");
+    }
+}
+
 /* ---------------------------------------------------------------- misuse */
 
 static void test_misuse(void)
@@ -910,6 +953,47 @@ static void test_misuse(void)
     stof_tensor o32d = stof_tensor_make(dev + n * 6, STOF_F16, STOF_MEM_DEVICE, 4, shape32);
     CHECK_STATUS(stof_attention(ctx, &p90, &q32d, &k32d, &v32d, mask, NULL, NULL, &o32d),
                  STOF_ERR_UNSUPPORTED);
+    /* A packed batch with a mask split by residue class: the sm_90 kernel,
+     * forced or given, refuses it with the reason; AUTO runs another kernel. */
+    stof_mask_spec *dil = parse("dilated:4x2");
+    acase cd = base_case(B, H, L, D, STOF_F16, LAYOUT_PACKED);
+    cd.spec = dil;
+    stof_mask *msplit = dil ? compile_case(&cd) : NULL;
+    if (msplit) {
+        int64_t pshape[3] = {(int64_t)B * L, H, D}, ncu = B + 1;
+        int32_t cu_host[2] = {0, L};
+        void *cu_dev = buf_alloc(sizeof cu_host);
+        buf_put(cu_dev, cu_host, sizeof cu_host);
+        stof_tensor cu = stof_tensor_make(cu_dev, STOF_I32, STOF_MEM_DEVICE, 1, &ncu);
+        stof_tensor pq = stof_tensor_make(dev, STOF_F16, STOF_MEM_DEVICE, 3, pshape);
+        stof_tensor pk = stof_tensor_make(dev + n * 2, STOF_F16, STOF_MEM_DEVICE, 3, pshape);
+        stof_tensor pv = stof_tensor_make(dev + n * 4, STOF_F16, STOF_MEM_DEVICE, 3, pshape);
+        stof_tensor po = stof_tensor_make(dev + n * 6, STOF_F16, STOF_MEM_DEVICE, 3, pshape);
+        stof_attn_choice pick;
+        CHECK_OK(stof_attention_select(ctx, NULL, &pq, msplit, &pick));
+        CHECK(pick.kernel != STOF_ATTN_BLOCKWISE_SM90 && pick.split == 2,
+              "packed split: selected kernel %d, split %d", (int)pick.kernel, pick.split);
+        CHECK_OK(stof_attention(ctx, NULL, &pq, &pk, &pv, msplit, &cu, &cu, &po));
+        CHECK_OK(stof_ctx_synchronize(ctx));
+        CHECK_STATUS(stof_attention(ctx, &p90, &pq, &pk, &pv, msplit, &cu, &cu, &po),
+                     STOF_ERR_UNSUPPORTED);
+        if (sm90_ok) {
+            CHECK(strstr(stof_last_error(), "residue class") != NULL, "message: %s",
+                  stof_last_error());
+            stof_attn_choice given;
+            memset(&given, 0, sizeof given);
+            given.kernel = STOF_ATTN_BLOCKWISE_SM90;
+            given.warps = 4;
+            CHECK_STATUS(
+                attn_attention_with(ctx, NULL, &given, &pq, &pk, &pv, msplit, &cu, &cu, &po),
+                STOF_ERR_UNSUPPORTED);
+            CHECK(strstr(stof_last_error(), "residue class") != NULL, "message: %s",
+                  stof_last_error());
+        }
+        buf_free(cu_dev);
+    }
+    stof_mask_destroy(msplit);
+    stof_mask_spec_destroy(dil);
     /* a mask compiled on a CPU context */
     stof_ctx_params cp = stof_ctx_default_params();
     cp.device = STOF_DEVICE_CPU;
@@ -962,6 +1046,7 @@ int main(void)
     group_per_batch_head();
     group_packed();
     group_cross_and_scale();
+    group_split(max_len);
     if (sm90_ok) group_sm90(max_len);
     printf("%d cases on the %s\n", cases_run, on_gpu ? "GPU" : "CPU");
     stof_ctx_destroy(ctx);

@@ -12,6 +12,7 @@
  */
 #include "test_mask_gen.c"
 
+#include <math.h>
 #include <stdio.h>
 
 /* ---------------------------------------------------------------- known answers */
@@ -276,6 +277,92 @@ static void test_row_imbalance(stof_ctx *ctx)
     }
 }
 
+/* Dilated masks stored split by residue class (mask.h): when the compiler
+ * splits and when it must not, and a split mask read back (decode, stats,
+ * tile choice) as the mask it stands for. */
+static void test_residue_split(stof_ctx *ctx)
+{
+    static const struct {
+        const char *text;
+        int lq, lk, lengths, want;
+    } cases[] = {
+        {"dilated:3x4", 24, 24, 0, 4},
+        {"dilated:128x2", 1024, 1024, 0, 2},
+        {"dilated:2x3,dilated:5x3", 30, 60, 0, 3},
+        {"dilated:0x7", 49, 14, 0, 7},
+        {"dilated:3x4", 24, 24, 1, 1},             /* lengths */
+        {"dilated:3x2", 25, 25, 0, 1},             /* 2 does not divide 25 */
+        {"dilated:3x2", 24, 23, 0, 1},             /* nor 23 */
+        {"dilated:3x1", 24, 24, 0, 1},             /* dilation 1: a window already */
+        {"dilated:2x2,dilated:3x4", 24, 24, 0, 1}, /* two dilations */
+        {"dilated:3x2,causal", 24, 24, 0, 1},
+        {"dilated:3x2,global:1", 24, 24, 0, 1},
+    };
+    const int32_t lens[2] = {24, 10};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        stof_mask_spec *spec = NULL;
+        CHECK_OK(stof_mask_spec_parse(cases[k].text, &spec));
+        if (!spec) continue;
+        int lq = cases[k].lq, lk = cases[k].lk;
+        int64_t two = 2;
+        stof_tensor tl = stof_tensor_make((void *)lens, STOF_I32, STOF_MEM_HOST, 1, &two);
+        stof_mask_params p = stof_mask_default_params();
+        p.batch = 2;
+        p.heads = 3;
+        p.len_q = lq;
+        p.len_k = lk;
+        p.lengths_q = cases[k].lengths ? &tl : NULL;
+        p.lengths_k = cases[k].lengths ? &tl : NULL;
+        p.tile_m = k % 2 ? 16 : 64;
+        p.tile_n = k % 2 ? 32 : 64;
+        stof_mask *m = NULL;
+        CHECK_OK(stof_mask_compile(ctx, spec, &p, &m));
+        if (!m) {
+            stof_mask_spec_destroy(spec);
+            continue;
+        }
+        const mask_tiles *t = stof_mask_tiles_view(m);
+        int d = cases[k].want;
+        CHECK(t->split == d, "%s at %dx%d: split %d, want %d", cases[k].text, lq, lk, t->split, d);
+        CHECK(t->lq == lq / d && t->lk == lk / d, "%s: stored %dx%d, want %dx%d", cases[k].text,
+              t->lq, t->lk, lq / d, lk / d);
+        int tm = 0, tn = 0;
+        CHECK_OK(stof_mask_choose_tiles(ctx, spec, &p, &tm, &tn));
+        CHECK(tm == t->tile_m && tn == t->tile_n, "%s: choose_tiles %dx%d, compiled %dx%d",
+              cases[k].text, tm, tn, t->tile_m, t->tile_n);
+        size_t plane = (size_t)lq * lk;
+        uint8_t *got = malloc(plane), *want = malloc(plane);
+        int64_t nnz = 0;
+        for (int b = 0; b < 2; b++) {
+            for (int h = 0; h < 3; h++) {
+                memset(got, 0xA5, plane);
+                CHECK_OK(stof_mask_decode(m, b, h, got, plane));
+                CHECK_OK(stof_mask_spec_to_dense(spec, 2, 3, lq, lk, p.lengths_q ? lens : NULL,
+                                                 p.lengths_k ? lens : NULL, b, h, want));
+                CHECK(memcmp(got, want, plane) == 0, "%s: decode (%d, %d) differs from the oracle",
+                      cases[k].text, b, h);
+                if (b == 0 && h == 0)
+                    for (size_t e = 0; e < plane; e++)
+                        nnz += want[e];
+            }
+        }
+        CHECK_STATUS(stof_mask_decode(m, 0, 0, got, plane - 1), STOF_ERR_INVALID_ARG);
+        stof_mask_stats st;
+        CHECK_OK(stof_mask_stats_get(m, &st));
+        if (!cases[k].lengths) {
+            CHECK(st.nnz == nnz * st.instances, "%s: stats nnz %lld, want %lld", cases[k].text,
+                  (long long)st.nnz, (long long)(nnz * st.instances));
+            double density = (double)nnz / (double)plane;
+            CHECK(fabs(st.density - density) < 1e-12, "%s: density %.6f, want %.6f", cases[k].text,
+                  st.density, density);
+        }
+        free(got);
+        free(want);
+        stof_mask_destroy(m);
+        stof_mask_spec_destroy(spec);
+    }
+}
+
 int main(void)
 {
     stof_ctx_params cp = stof_ctx_default_params();
@@ -288,6 +375,7 @@ int main(void)
     test_known_answers(ctx);
     test_tile_rule(ctx);
     test_row_imbalance(ctx);
+    test_residue_split(ctx);
     const char *env = getenv("STOF_MASK_CASES");
     test_random_cases(ctx, &r, env ? atoi(env) : 1000);
     stof_ctx_destroy(ctx);

@@ -394,6 +394,26 @@ static int check_tiles_against(const mask_tiles *t, int s, const uint8_t *plane,
     return bad;
 }
 
+/* The residue split the compiler must store the case with (mask.h), read
+ * from the spec's canonical text: every part "dilated:WxD" with one D > 1,
+ * no lengths, D dividing both lengths. Else 1. */
+static int gen_expected_split(const gen_case *g)
+{
+    char text[1024];
+    size_t need = 0;
+    if (g->len_q || g->len_k ||
+        stof_mask_spec_format(g->spec, text, sizeof text, &need) != STOF_OK || need > sizeof text)
+        return 1;
+    int d = 0;
+    for (char *part = strtok(text, ","); part; part = strtok(NULL, ",")) {
+        int w = 0, dd = 0, used = 0;
+        if (sscanf(part, "dilated:%dx%d%n", &w, &dd, &used) != 2 || part[used] != '\0') return 1;
+        if (d && dd != d) return 1;
+        d = dd;
+    }
+    return d > 1 && g->lq % d == 0 && g->lk % d == 0 ? d : 1;
+}
+
 /* Every check of a compiled mask against the oracle. Returns the problem count. */
 static int check_mask_case(const gen_case *g, stof_mask *mask)
 {
@@ -432,21 +452,32 @@ static int check_mask_case(const gen_case *g, stof_mask *mask)
             }
         }
     }
-    /* Tile content, rows past the query length included where the oracle reaches. */
+    /* Tile content, rows past the query length included where the oracle
+     * reaches. A split mask's tiles hold one residue class: class 0's rows and
+     * columns of the oracle's plane (decode, above, checked every class). */
+    const int d = t->split;
+    if (d != gen_expected_split(g)) {
+        fprintf(stderr, "  stored with split %d, want %d\n", d, gen_expected_split(g));
+        bad++;
+    }
     int pad_rows = t->n_trow * t->tile_m;
     bool padded = !g->has_dense_or_blocks && pad_rows < 100000;
-    int rows = padded ? pad_rows : g->lq;
-    uint8_t *tile_plane = malloc((size_t)rows * g->lk);
+    int rows = padded ? pad_rows : g->lq / d, cols = g->lk / d;
+    uint8_t *tile_plane = malloc((size_t)rows * d * g->lk);
     for (int s = 0; s < t->n_inst && bad < 10; s++) {
         int b = t->bm > 1 ? s / t->hm : 0, hh = t->hm > 1 ? s % t->hm : 0;
-        st = stof_mask_spec_to_dense(g->spec, g->batch, g->heads, rows, g->lk, NULL, g->eff_k, b,
-                                     hh, tile_plane);
+        st = stof_mask_spec_to_dense(g->spec, g->batch, g->heads, rows * d, g->lk, NULL, g->eff_k,
+                                     b, hh, tile_plane);
         if (st != STOF_OK) {
             fprintf(stderr, "  oracle (tiles): %s\n", stof_last_error());
             bad++;
             continue;
         }
-        bad += check_tiles_against(t, s, tile_plane, rows, g->lk, t->len_q[b]);
+        for (int i = 0; d > 1 && i < rows; i++)
+            for (int j = 0; j < cols; j++)
+                tile_plane[(size_t)i * cols + j] =
+                    tile_plane[(size_t)i * d * g->lk + (size_t)j * d];
+        bad += check_tiles_against(t, s, tile_plane, rows, cols, t->len_q[b]);
         stof_mask_spec_to_dense(g->spec, g->batch, g->heads, g->lq, g->lk, g->len_q, g->len_k, b,
                                 hh, want);
         for (size_t k = 0; k < plane; k++)

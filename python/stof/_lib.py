@@ -75,7 +75,7 @@ class AttnParams(Structure):
 
 class AttnChoice(Structure):
     _fields_ = [("kernel", c_int), ("block_m", c_int), ("block_n", c_int), ("warps", c_int),
-                ("score", c_double)]
+                ("score", c_double), ("split", c_int)]
 
 
 _P = POINTER

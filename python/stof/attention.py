@@ -15,10 +15,11 @@ from collections import namedtuple
 from . import _arrays, _context, _lib
 from .mask import CompiledMask, as_mask, cache
 
-KernelChoice = namedtuple("KernelChoice", "kernel block_m block_n warps score")
+KernelChoice = namedtuple("KernelChoice", "kernel block_m block_n warps score split")
 KernelChoice.__doc__ = ("What stof.attention would run: kernel ('blockwise', 'blockwise_sm90', "
                         "'rowwise' or 'cpu'), tile block_m x block_n, warps per CTA, selector "
-                        "score.")
+                        "score, and split: the residue classes a dilated mask runs as sequences "
+                        "of their own (1: none).")
 
 _LAYOUTS = {"bhld": None, "blhd": (0, 2, 1, 3)}
 
@@ -222,4 +223,4 @@ def attention_select(q, k=None, v=None, mask=None, scale=None, lengths=None, ker
         _lib.call("stof_attention_select", call.ctx.handle, ctypes.byref(call.params),
                   ctypes.byref(tq), call.mask.handle, ctypes.byref(choice))
     return KernelChoice(_lib.KERNEL_NAMES.get(choice.kernel, str(choice.kernel)), choice.block_m,
-                        choice.block_n, choice.warps, choice.score)
+                        choice.block_n, choice.warps, choice.score, choice.split)

@@ -99,11 +99,13 @@ static stof_status check_q_layout(const stof_ctx *ctx, const stof_tensor *q, con
         s->H = q->shape[1];
         s->Lq = q->shape[2];
         s->D = q->shape[3];
-        STOF_REQUIRE(s->B == t->batch && s->H == t->heads && s->Lq == t->lq, STOF_ERR_SHAPE,
+        STOF_REQUIRE(s->B == t->batch && s->H == t->heads && s->Lq == (int64_t)t->lq * t->split,
+                     STOF_ERR_SHAPE,
                      "q is [B=%lld, H=%lld, Lq=%lld, D] but the mask was compiled for B=%d, H=%d, "
-                     "Lq=%d",
-                     (long long)s->B, (long long)s->H, (long long)s->Lq, t->batch, t->heads, t->lq);
-        s->Lk = t->lk;
+                     "Lq=%lld",
+                     (long long)s->B, (long long)s->H, (long long)s->Lq, t->batch, t->heads,
+                     (long long)t->lq * t->split);
+        s->Lk = (int64_t)t->lk * t->split;
     } else {
         STOF_REQUIRE(q->ndim == 3, STOF_ERR_SHAPE,
                      "q has %d dimensions; with cu_seqlens the packed layout is [T, H, D]",
@@ -112,8 +114,8 @@ static stof_status check_q_layout(const stof_ctx *ctx, const stof_tensor *q, con
         s->H = q->shape[1];
         s->D = q->shape[2];
         s->B = t->batch;
-        s->Lq = t->lq;
-        s->Lk = t->lk;
+        s->Lq = (int64_t)t->lq * t->split;
+        s->Lk = (int64_t)t->lk * t->split;
         STOF_REQUIRE(s->H == t->heads, STOF_ERR_SHAPE,
                      "q has H=%lld heads but the mask was compiled for H=%d", (long long)s->H,
                      t->heads);
@@ -225,18 +227,30 @@ static stof_status check_all(stof_ctx *ctx, const stof_attn_params *p, const sto
         STOF_REQUIRE(s->B <= 65535 && s->H <= 65535, STOF_ERR_UNSUPPORTED,
                      "B=%lld and H=%lld: the GPU kernels take at most 65535 of each",
                      (long long)s->B, (long long)s->H);
+        const int split = stof_mask_tiles_view(mask)->split;
+        STOF_REQUIRE(s->H * split <= 65535, STOF_ERR_UNSUPPORTED,
+                     "H=%lld heads of %d residue classes each (a dilated mask runs each class "
+                     "as a sequence): the GPU kernels take at most 65535 in all",
+                     (long long)s->H, split);
     }
     s->scale = p->scale != 0.0f ? p->scale : (float)(1.0 / sqrt((double)s->D));
     return STOF_OK;
 }
+
+/* The copy engine moves a class's rows only from a padded layout: a packed
+ * sequence may start at any token, so its classes start anywhere. */
+#define SM90_NO_PACKED_SPLIT                                                                       \
+    "the sm_90 block-wise kernel does not take a packed batch with a dilated mask stored split "   \
+    "by residue class (the other kernels do)"
 
 static attn_problem problem_of(const attn_shape *s, stof_mask *mask)
 {
     const mask_tiles *t = stof_mask_tiles_view(mask);
     const mask_estimate *e = stof_mask_estimate_view(mask);
     attn_problem p;
+    /* A split mask (mask.h): each residue class is a sequence of Lq / d. */
     p.batch = (int)s->B;
-    p.heads = (int)s->H;
+    p.heads = (int)s->H * t->split;
     p.lq = t->lq;
     p.lk = t->lk;
     p.head_dim = (int)s->D;
@@ -271,6 +285,7 @@ static stof_status choose(stof_ctx *ctx, const stof_attn_params *p, const attn_s
         out->block_n = t->tile_n;
         out->warps = 0;
         out->score = 0.0;
+        out->split = t->split;
         return STOF_OK;
     }
     if (p->kernel == STOF_ATTN_ROWWISE)
@@ -280,14 +295,24 @@ static stof_status choose(stof_ctx *ctx, const stof_attn_params *p, const attn_s
                      t->tile_m, t->tile_n, (long long)s->D);
     attn_problem prob = problem_of(s, mask);
     attn_device dev = device_of(ctx);
-    return attn_select(&prob, &dev, p->kernel, out);
+    if (s->packed && t->split > 1) {
+        STOF_REQUIRE(p->kernel != STOF_ATTN_BLOCKWISE_SM90, STOF_ERR_UNSUPPORTED,
+                     SM90_NO_PACKED_SPLIT);
+        dev.sm90_kernels = 0;
+    }
+    STOF_TRY(attn_select(&prob, &dev, p->kernel, out));
+    out->split = t->split;
+    return STOF_OK;
 }
 
+/* The launch description (attn.h). A split mask runs as d classes per head:
+ * rows d apart (the row stride times d), the class's first row one token on. */
 static void fill_launch(const attn_shape *s, const stof_tensor *q, const stof_tensor *k,
                         const stof_tensor *v, const stof_tensor *out, stof_mask *mask,
                         const stof_tensor *cu_q, const stof_tensor *cu_k, attn_launch *a)
 {
     memset(a, 0, sizeof *a);
+    const int d = stof_mask_tiles_view(mask)->split;
     a->q = q->data;
     a->k = k->data;
     a->v = v->data;
@@ -296,16 +321,18 @@ static void fill_launch(const attn_shape *s, const stof_tensor *q, const stof_te
     int64_t *sb[4] = {&a->q_sb, &a->k_sb, &a->v_sb, &a->o_sb};
     int64_t *sh[4] = {&a->q_sh, &a->k_sh, &a->v_sh, &a->o_sh};
     int64_t *sl[4] = {&a->q_sl, &a->k_sl, &a->v_sl, &a->o_sl};
+    int64_t *sp[4] = {&a->q_sp, &a->k_sp, &a->v_sp, &a->o_sp};
     for (int i = 0; i < 4; i++) {
         if (s->packed) {
             *sb[i] = 0;
-            *sl[i] = x[i]->stride[0];
+            *sp[i] = x[i]->stride[0];
             *sh[i] = x[i]->stride[1];
         } else {
             *sb[i] = x[i]->stride[0];
             *sh[i] = x[i]->stride[1];
-            *sl[i] = x[i]->stride[2];
+            *sp[i] = x[i]->stride[2];
         }
+        *sl[i] = *sp[i] * d;
     }
     a->cu_q = s->packed ? (const int32_t *)cu_q->data : NULL;
     a->cu_k = s->packed ? (const int32_t *)cu_k->data : NULL;
@@ -313,9 +340,10 @@ static void fill_launch(const attn_shape *s, const stof_tensor *q, const stof_te
     a->tk = s->Tk;
     a->tiles = *stof_mask_tiles_view(mask);
     a->batch = (int)s->B;
-    a->heads = (int)s->H;
-    a->lq = (int)s->Lq;
-    a->lk = (int)s->Lk;
+    a->heads = (int)s->H * d;
+    a->split = d;
+    a->lq = (int)(s->Lq / d);
+    a->lk = (int)(s->Lk / d);
     a->head_dim = (int)s->D;
     a->bf16 = s->dtype == STOF_BF16;
     a->scale_log2 = (float)((double)s->scale * 1.4426950408889634);
@@ -348,6 +376,7 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
                          "the sm_90 block-wise kernel needs a compute capability 9.0 device and "
                          "a build with 90 in STOF_CUDA_ARCHS (device: %d.%d, sm_90a kernels %s)",
                          ctx->cc_major, ctx->cc_minor, dev.sm90_kernels ? "built" : "not built");
+            STOF_REQUIRE(!s.packed || t->split == 1, STOF_ERR_UNSUPPORTED, SM90_NO_PACKED_SPLIT);
             STOF_REQUIRE(attn_sm90_config_fits((int)s.D, t->tile_m, t->tile_n, ch.warps,
                                                ch.block_m) &&
                              attn_sm90_smem_bytes((int)s.D, ch.block_m) <= dev.smem_per_block,

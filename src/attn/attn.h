@@ -4,10 +4,16 @@
  * the entry points of those kernels.
  *
  * One description serves both layouts. Element (b, h, i, :) of q lives at
- *     q + b * q_sb + h * q_sh + (cu_q ? cu_q[b] : 0) * q_sl + i * q_sl
+ *     q + b * q_sb + h * q_sh + (cu_q ? cu_q[b] : 0) * q_sp + i * q_sl
  * so the padded layout [B, H, L, D] (any strides) has cu_q == NULL, and the
- * packed layout [T, H, D] has q_sb == 0, q_sl = the token stride and cu_q the
+ * packed layout [T, H, D] has q_sb == 0, q_sp = the token stride and cu_q the
  * device prefix sums. The same holds for k, v (cu_k) and out (cu_q).
+ *
+ * A mask stored split by residue class (split = d > 1, mask.h) runs each
+ * class as a sequence: the kernels see heads = H * d, head hv standing for
+ * real head hv / d and class p = hv % d, whose row i is token i * d + p. So
+ * q_sl = d * q_sp, the class's first row lies p * q_sp further, and lq, lk
+ * are the classes' lengths. Without a split, d = 1 and q_sl = q_sp.
  */
 #ifndef STOF_ATTN_H
 #define STOF_ATTN_H
@@ -21,14 +27,15 @@ extern "C" {
 typedef struct attn_launch {
     const void *q, *k, *v;
     void *out;
-    int64_t q_sb, q_sh, q_sl; /* element strides of batch, head and row */
-    int64_t k_sb, k_sh, k_sl;
-    int64_t v_sb, v_sh, v_sl;
-    int64_t o_sb, o_sh, o_sl;
+    int64_t q_sb, q_sh, q_sl, q_sp; /* element strides of batch, head, row and token */
+    int64_t k_sb, k_sh, k_sl, k_sp;
+    int64_t v_sb, v_sh, v_sl, v_sp;
+    int64_t o_sb, o_sh, o_sl, o_sp;
     const int32_t *cu_q, *cu_k; /* packed layout: device prefix sums [B+1]; NULL: padded */
     int64_t tq, tk;             /* packed layout: token counts of q/out and of k/v */
     mask_tiles tiles;           /* the compiled mask, device pointers */
-    int batch, heads, lq, lk, head_dim;
+    int batch, heads, lq, lk, head_dim; /* heads and lengths as the kernels see them */
+    int split;                          /* residue classes per real head (1: none) */
     int bf16;         /* 1: bf16 inputs, 0: fp16 */
     float scale_log2; /* softmax scale times log2(e): scores go through exp2 */
     int pdl;          /* launch with programmatic dependent launch (src/core/launch.cuh) */

@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(WARPS * 32, BW_MIN_CTAS(D, WARPS, MW))
     const int row0 = tr * t->tile_m + (x % subs) * BM;
     const attn_seq s = attn_seq_of(&a, b, h);
     if (row0 >= s.store_rows) return;
-    const int64_t ri = attn_row_index(t, b, h, tr);
+    const int64_t ri = attn_row_index(&a, b, h, tr);
     const int e0 = t->row_ptr[ri], e1 = t->row_ptr[ri + 1];
     if (e0 >= e1 || row0 >= s.len_q) {
         store_zero_rows<D, THREADS>(&s, &a, row0, BM);

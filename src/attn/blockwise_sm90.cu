@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     const int row0 = tr * t->tile_m + (x % subs) * BM;
     const attn_seq s = attn_seq_of(&a, b, h);
     if (row0 >= s.store_rows) return;
-    const int64_t ri = attn_row_index(t, b, h, tr);
+    const int64_t ri = attn_row_index(&a, b, h, tr);
     const int e0 = t->row_ptr[ri], n = t->row_ptr[ri + 1] - e0;
     if (n <= 0 || row0 >= s.len_q) {
         store_zero_rows<D, THREADS>(&s, &a, row0, BM);
@@ -465,11 +465,13 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
      * dimension is its first key; packed: k_row0 is). */
     const bool leader = threadIdx.x == 0;
     const int kv_y = s.k_row0, kv_w = a.cu_k ? 0 : b;
+    const int kv_h = h / a.split, kv_p = h % a.split; /* real head and residue class */
     auto load_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int key0) {
         mbar_arrive_expect_tx(bar, TILE);
 #pragma unroll
         for (int cb = 0; cb < D / 64; cb++)
-            tma_load_4d(dst + cb * SM90_BLOCK_BYTES, map, bar, cb * 64, kv_y + key0, h, kv_w);
+            tma_load_5d(dst + cb * SM90_BLOCK_BYTES, map, bar, cb * 64, kv_y + key0, kv_p, kv_h,
+                        kv_w);
     };
     /* Waits for V_j (first key key0) and zeroes its rows past the keys; the
      * caller's barrier then publishes them to every warpgroup. */
@@ -615,30 +617,34 @@ extern "C" stof_status attn_blockwise_sm90_prepare(void)
     return attn_opt_in_once(&done, sm90_variants, SM90_NVARIANTS, variant_smem, NULL);
 }
 
-/* The tensor map of k or v (base x, element strides sb, sh, sl): 64 x 64
- * boxes (64 elements of one column block, 64 rows) of one head and batch
- * entry, 128-byte swizzled, zeros past the tensor. Padded layout: dimensions
- * (D, Lk, H, B); packed: (D, Tk, H, 1), the kernel adding the sequence's
- * first row. A dimension of extent 1 is never stepped, so its stride (free
- * to be anything in the caller's tensor) is replaced by a valid one. */
+/* The tensor map of k or v (base x, element strides sb, sh, sl of batch,
+ * head and row, sp of token): 64 x 64 boxes (64 elements of one column
+ * block, 64 rows) of one residue class of one head and batch entry, 128-byte
+ * swizzled, zeros past the tensor. Padded layout: dimensions (D, Lk / d, d,
+ * H, B) for a split of d (attn.h; d = 1 without one); packed, which has no
+ * split here: (D, Tk, 1, H, 1), the kernel adding the sequence's first row.
+ * A dimension of extent 1 is never stepped, so its stride (free to be
+ * anything in the caller's tensor) is replaced by a valid one. */
 static stof_status encode_kv(CUtensorMap *map, const char *name, const attn_launch *a,
-                             const void *x, int64_t sb, int64_t sh, int64_t sl)
+                             const void *x, int64_t sb, int64_t sh, int64_t sl, int64_t sp)
 {
     const int64_t rows = a->cu_k ? a->tk : a->lk, batch = a->cu_k ? 1 : a->batch;
-    const cuuint64_t dims[4] = {(cuuint64_t)a->head_dim, (cuuint64_t)(rows > 0 ? rows : 1),
-                                (cuuint64_t)a->heads, (cuuint64_t)batch};
-    int64_t st[3] = {sl * 2, sh * 2, sb * 2};
+    const int64_t heads = a->heads / a->split;
+    const cuuint64_t dims[5] = {(cuuint64_t)a->head_dim, (cuuint64_t)(rows > 0 ? rows : 1),
+                                (cuuint64_t)a->split, (cuuint64_t)heads, (cuuint64_t)batch};
+    int64_t st[4] = {sl * 2, sp * 2, sh * 2, sb * 2};
     if (rows <= 1) st[0] = (int64_t)a->head_dim * 2;
-    if (a->heads == 1) st[1] = st[0] * (int64_t)dims[1];
-    if (batch == 1) st[2] = st[1] * a->heads;
-    for (int d = 0; d < 3; d++)
+    for (int d = 1; d < 4; d++)
+        if (dims[d + 1] == 1) st[d] = st[d - 1] * (int64_t)dims[d];
+    for (int d = 0; d < 4; d++)
         STOF_REQUIRE(st[d] > 0 && st[d] % 16 == 0 && st[d] < (1ll << 40), STOF_ERR_UNSUPPORTED,
                      "sm_90 attention: %s has a stride of %lld bytes in dimension %d, which the "
                      "copy engine cannot step (positive multiple of 16 below 2^40)",
                      name, (long long)st[d], d);
-    const cuuint64_t strides[3] = {(cuuint64_t)st[0], (cuuint64_t)st[1], (cuuint64_t)st[2]};
-    const cuuint32_t box[4] = {64, SM90_SUB_ROWS, 1, 1};
-    return stof_tma_encode_sw128(map, "sm_90 attention", name, a->bf16, 4, x, dims, strides, box);
+    const cuuint64_t strides[4] = {(cuuint64_t)st[0], (cuuint64_t)st[1], (cuuint64_t)st[2],
+                                   (cuuint64_t)st[3]};
+    const cuuint32_t box[5] = {64, SM90_SUB_ROWS, 1, 1, 1};
+    return stof_tma_encode_sw128(map, "sm_90 attention", name, a->bf16, 5, x, dims, strides, box);
 }
 
 extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, int block_m,
@@ -662,8 +668,10 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
                  warps);
     STOF_TRY(attn_blockwise_sm90_prepare());
     CUtensorMap k_map, v_map;
-    STOF_TRY(encode_kv(&k_map, "k", a, a->k, a->k_sb, a->k_sh, a->k_sl));
-    STOF_TRY(encode_kv(&v_map, "v", a, a->v, a->v_sb, a->v_sh, a->v_sl));
+    STOF_REQUIRE(a->split == 1 || !a->cu_k, STOF_ERR_UNSUPPORTED,
+                 "sm_90 attention: a packed batch with a mask split by residue class");
+    STOF_TRY(encode_kv(&k_map, "k", a, a->k, a->k_sb, a->k_sh, a->k_sl, a->k_sp));
+    STOF_TRY(encode_kv(&v_map, "v", a, a->v, a->v_sb, a->v_sh, a->v_sl, a->v_sp));
     void *args[3] = {(void *)a, (void *)&k_map, (void *)&v_map};
     return attn_block_launch(a, (const void *)v->fn, block_m, 128 * wg, (size_t)variant_smem(v),
                              (cudaStream_t)stream, args);

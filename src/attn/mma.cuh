@@ -207,10 +207,12 @@ static inline stof_status attn_block_launch(const attn_launch *a, const void *fn
     return STOF_CUDA(cudaGetLastError());
 }
 
-/* Where one (b, h) sequence lives and how long it is, for either layout. The
- * lengths are the mask's, clipped to cu_seqlens for a packed batch so that no
- * load crosses into the next sequence. store_rows: rows of out that belong to
- * this sequence (Lq padded, the real length packed). */
+/* Where one (b, hv) sequence lives and how long it is, for either layout
+ * (hv: the kernels' head, a real head's residue class under a split, attn.h).
+ * The lengths are the mask's, clipped to cu_seqlens for a packed batch so that
+ * no load crosses into the next sequence. store_rows: rows of out that belong
+ * to this sequence (Lq padded, the real length packed; a class's share of
+ * them under a split). */
 typedef struct attn_seq {
     const uint16_t *q, *k, *v;
     uint16_t *o;
@@ -218,9 +220,16 @@ typedef struct attn_seq {
     int k_row0; /* packed layout: the sequence's first row of k and v; 0 when padded */
 } attn_seq;
 
-static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int b, int h)
+/* Rows of class p of n rows split d ways: rows p, p + d, ... below n. */
+static __device__ __forceinline__ int attn_class_rows(int64_t n, int p, int d)
+{
+    return n > p ? (int)((n - p + d - 1) / d) : 0;
+}
+
+static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int b, int hv)
 {
     const mask_tiles *t = &a->tiles;
+    const int d = a->split, h = hv / d, p = hv % d;
     const int bi = t->bm > 1 ? b : 0;
     attn_seq s;
     s.len_q = t->len_q[bi];
@@ -237,15 +246,15 @@ static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int
         const bool q_ok = q0 >= 0 && q0 <= a->tq, k_ok = k0 >= 0 && k0 <= a->tk;
         if (!q_ok) q0 = 0;
         if (!k_ok) k0 = 0;
-        s.store_rows = q_ok && q1 > q0 ? (int)(q1 - q0) : 0;
+        s.store_rows = attn_class_rows(q_ok && q1 > q0 ? q1 - q0 : 0, p, d);
         s.len_q = min(s.len_q, s.store_rows);
-        s.len_k = min(s.len_k, k_ok && k1 > k0 ? (int)(k1 - k0) : 0);
+        s.len_k = min(s.len_k, attn_class_rows(k_ok && k1 > k0 ? k1 - k0 : 0, p, d));
     }
     s.k_row0 = (int)k0;
-    s.q = (const uint16_t *)a->q + b * a->q_sb + h * a->q_sh + q0 * a->q_sl;
-    s.k = (const uint16_t *)a->k + b * a->k_sb + h * a->k_sh + k0 * a->k_sl;
-    s.v = (const uint16_t *)a->v + b * a->v_sb + h * a->v_sh + k0 * a->v_sl;
-    s.o = (uint16_t *)a->out + b * a->o_sb + h * a->o_sh + q0 * a->o_sl;
+    s.q = (const uint16_t *)a->q + b * a->q_sb + h * a->q_sh + (q0 + p) * a->q_sp;
+    s.k = (const uint16_t *)a->k + b * a->k_sb + h * a->k_sh + (k0 + p) * a->k_sp;
+    s.v = (const uint16_t *)a->v + b * a->v_sb + h * a->v_sh + (k0 + p) * a->v_sp;
+    s.o = (uint16_t *)a->out + b * a->o_sb + h * a->o_sh + (q0 + p) * a->o_sp;
     return s;
 }
 
@@ -263,10 +272,12 @@ static __device__ __forceinline__ void store_zero_rows(const attn_seq *s, const 
     }
 }
 
-/* Index of tile row tr of the instance (b, h) in row_ptr. */
-static __device__ __forceinline__ int64_t attn_row_index(const mask_tiles *t, int b, int h, int tr)
+/* Index of tile row tr of the instance (b, hv) in row_ptr (hv: the kernels'
+ * head; every class of a split head shares the head's instance). */
+static __device__ __forceinline__ int64_t attn_row_index(const attn_launch *a, int b, int hv, int tr)
 {
-    const int inst = (t->bm > 1 ? b : 0) * t->hm + (t->hm > 1 ? h : 0);
+    const mask_tiles *t = &a->tiles;
+    const int inst = (t->bm > 1 ? b : 0) * t->hm + (t->hm > 1 ? hv / a->split : 0);
     return (int64_t)inst * t->n_trow + tr;
 }
 

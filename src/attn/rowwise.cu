@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(ATTN_ROWWISE_WARPS * 32, 5)
 
     if (i < s.len_q) {
         const int tr = i / t->tile_m, r_in = i % t->tile_m;
-        const int64_t ri = attn_row_index(t, b, h, tr);
+        const int64_t ri = attn_row_index(&a, b, h, tr);
         const int e0 = t->row_ptr[ri], e1 = t->row_ptr[ri + 1];
         float *sq = sq_all[warp];
         const uint16_t *qrow = s.q + (int64_t)i * a.q_sl;

@@ -9,6 +9,8 @@
 #include "core/core.h"
 
 #include <float.h>
+#include <math.h>
+#include <string.h>
 
 const attn_bw_config attn_bw_configs[ATTN_BW_NCONFIGS] = {
     {4, 64, 64},
@@ -135,6 +137,8 @@ int attn_sm90_short_grid(const attn_problem *p, const attn_device *dev)
 static stof_attn_choice sm90_choice(const attn_problem *p, const attn_device *dev, double score)
 {
     stof_attn_choice ch;
+    memset(&ch, 0, sizeof ch);
+    ch.split = 1;
     double ctas128 = (double)p->batch * p->heads * ceil((double)p->lq / p->tile_m);
     bool two = p->tile_m == 128 && p->row_imbalance > ATTN_HEAVY_FIRST_IMBALANCE &&
                p->tiles_per_row >= ATTN_SM90_TWO_WG_TILES && ctas128 >= dev->sm_count &&
@@ -150,6 +154,8 @@ static stof_attn_choice sm90_choice(const attn_problem *p, const attn_device *de
 static stof_attn_choice rowwise_choice(const attn_problem *p, double rho, double bound)
 {
     stof_attn_choice ch;
+    memset(&ch, 0, sizeof ch);
+    ch.split = 1;
     ch.kernel = STOF_ATTN_ROWWISE;
     ch.block_m = ATTN_ROWWISE_WARPS; /* one query row per warp */
     ch.block_n = p->tile_n;
@@ -227,5 +233,6 @@ stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn
     out->block_n = c->block_n;
     out->warps = c->warps;
     out->score = best_score;
+    out->split = 1;
     return STOF_OK;
 }

@@ -114,14 +114,16 @@ static __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map)
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-/* The box at (c0, c1, c2, c3) of a 4-D tensor map into shared memory at dst;
+/* The box at (c0, .., c4) of a 5-D tensor map into shared memory at dst;
  * its bytes complete on bar (out-of-range elements arrive as zeros and count). */
-static __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map,
-                                                   uint32_t bar, int c0, int c1, int c2, int c3)
+static __device__ __forceinline__ void tma_load_5d(uint32_t dst, const CUtensorMap *map,
+                                                   uint32_t bar, int c0, int c1, int c2, int c3,
+                                                   int c4)
 {
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+                 "r"(c4), "r"(bar)
                  : "memory");
 }
 

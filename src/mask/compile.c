@@ -48,6 +48,7 @@ void mask_point_tiles(stof_mask *m, const mask_plan *plan, void *base)
     t->col = (const int32_t *)(p + m->lay.col);
     t->bits = (const int32_t *)(p + m->lay.bits);
     t->bitmap = (const uint64_t *)(p + m->lay.bitmap);
+    t->split = 1;
     m->storage = base;
 }
 
@@ -282,11 +283,55 @@ stof_status mask_plan_tiles(stof_ctx *ctx, const stof_mask_spec *spec,
     return STOF_OK;
 }
 
+/* ---------------------------------------------------------------- residue split */
+
+/* The d by which a mask of this spec and these params is stored split
+ * (mask.h): every part dilated by one d > 1, no lengths, d dividing Lq and
+ * Lk. Else 1. */
+static int residue_split(const stof_mask_spec *spec, const stof_mask_params *p)
+{
+    if (!spec || spec->n_parts == 0 || p->lengths_q || p->lengths_k) return 1;
+    const int d = spec->parts[0].b;
+    for (int i = 0; i < spec->n_parts; i++)
+        if (spec->parts[i].kind != MASK_PART_DILATED || spec->parts[i].b != d) return 1;
+    if (d < 2 || p->len_q < d || p->len_k < d || p->len_q % d || p->len_k % d) return 1;
+    return d;
+}
+
+/* What a split mask is compiled from: each dilated part as the window it is
+ * over one residue class, at the classes' lengths. */
+static stof_status split_inputs(const stof_mask_spec *spec, const stof_mask_params *params, int d,
+                                stof_mask_spec **sub, stof_mask_params *sub_params)
+{
+    STOF_TRY(stof_mask_spec_create(sub));
+    for (int i = 0; i < spec->n_parts; i++) {
+        stof_status st = stof_mask_spec_add_window(*sub, spec->parts[i].a, spec->parts[i].a);
+        if (st != STOF_OK) {
+            stof_mask_spec_destroy(*sub);
+            *sub = NULL;
+            return st;
+        }
+    }
+    *sub_params = *params;
+    sub_params->len_q = params->len_q / d;
+    sub_params->len_k = params->len_k / d;
+    return STOF_OK;
+}
+
 stof_status stof_mask_choose_tiles(stof_ctx *ctx, const stof_mask_spec *spec,
                                    const stof_mask_params *params, int *tile_m, int *tile_n)
 {
     STOF_REQUIRE(ctx && spec && params && tile_m && tile_n, STOF_ERR_INVALID_ARG,
                  "stof_mask_choose_tiles: missing argument");
+    const int d = residue_split(spec, params);
+    if (d > 1) {
+        stof_mask_spec *sub = NULL;
+        stof_mask_params sub_params;
+        STOF_TRY(split_inputs(spec, params, d, &sub, &sub_params));
+        stof_status st = stof_mask_choose_tiles(ctx, sub, &sub_params, tile_m, tile_n);
+        stof_mask_spec_destroy(sub);
+        return st;
+    }
     mask_plan plan;
     STOF_TRY(mask_plan_tiles(ctx, spec, params, false, &plan));
     *tile_m = plan.tm;
@@ -315,6 +360,16 @@ stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
                  "stof_mask_compile: a reusable mask needs the GPU builder (builder %d on a %s "
                  "context)",
                  (int)builder, gpu_ctx ? "GPU" : "CPU");
+    const int d = residue_split(spec, params);
+    if (d > 1) {
+        stof_mask_spec *sub = NULL;
+        stof_mask_params sub_params;
+        STOF_TRY(split_inputs(spec, params, d, &sub, &sub_params));
+        stof_status st = stof_mask_compile(ctx, sub, &sub_params, out);
+        stof_mask_spec_destroy(sub);
+        if (st == STOF_OK) (*out)->t.split = d;
+        return st;
+    }
     mask_plan plan;
     stof_mask *m = NULL;
     stof_status st = mask_plan_tiles(ctx, spec, params, !use_gpu, &plan);

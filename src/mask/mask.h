@@ -24,6 +24,19 @@
  * or a dense part with B > 1 (bm = B, else 1), and by head when a blocks or
  * dense part has H > 1 (hm = H, else 1). Instance of (b, h) is
  * (bm > 1 ? b : 0) * hm + (hm > 1 ? h : 0).
+ *
+ * Residue split (split = d > 1). A dilated mask relates only positions of one
+ * residue class mod d, and within a class it is a plain window: with
+ * i = a d + p and j = c d + p, abs(i - j) <= w d and d | (i - j) is
+ * abs(a - c) <= w. Such a mask is stored as that window over the classes'
+ * positions: lq, lk, the lengths and every tile count describe one class
+ * (Lq / d by Lk / d), and element (a, c) of the stored plane is element
+ * (a d + p, c d + p) of the mask for every p; elements of different classes
+ * are invisible. The kernels run each class as a sequence of its own, rows d
+ * apart in memory, so that no tile carries the other classes' zeros (a
+ * dilation-2 mask otherwise lists every tile of its band half empty).
+ * stof_mask_compile stores a mask so when every part is dilated with one
+ * dilation d > 1, no lengths are given and d divides Lq and Lk.
  */
 #ifndef STOF_MASK_H
 #define STOF_MASK_H
@@ -37,7 +50,7 @@ extern "C" {
 typedef struct mask_tiles {
     int batch, heads;         /* B, H the mask was compiled for */
     int bm, hm, n_inst;       /* instances: bm * hm */
-    int lq, lk;               /* padded lengths */
+    int lq, lk;               /* padded lengths (of one residue class when split > 1) */
     int tile_m, tile_n;
     int n_trow, n_tcol;       /* ceil(lq / tile_m), ceil(lk / tile_n) */
     int words_per_row;        /* ceil(tile_n / 64) */
@@ -48,6 +61,7 @@ typedef struct mask_tiles {
     const int32_t *col;       /* [entries] tile column */
     const int32_t *bits;      /* [entries] -1 full, else bitmap index */
     const uint64_t *bitmap;   /* [partial][tile_m][words_per_row] */
+    int split;                /* residue classes (see above); 1: none */
 } mask_tiles;
 
 static inline int mask_instance(const mask_tiles *t, int b, int h)

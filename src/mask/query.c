@@ -167,10 +167,12 @@ stof_status stof_mask_stats_get(stof_mask *mask, stof_mask_stats *out)
     out->tiles_total = (int64_t)t->n_inst * t->n_trow * t->n_tcol;
     out->tiles_partial = partial;
     out->tiles_full = entries - partial;
+    /* A split mask: the tiles are those of the stored plane, which every
+     * residue class repeats. */
     for (int s = 0; s < t->n_inst; s++)
-        out->nnz += instance_nnz(t, s);
+        out->nnz += instance_nnz(t, s) * t->split;
     out->tile_density = (double)entries / (double)out->tiles_total;
-    out->density = (double)out->nnz / ((double)t->n_inst * t->lq * t->lk);
+    out->density = (double)out->nnz / ((double)t->n_inst * t->lq * t->lk * t->split * t->split);
     return STOF_OK;
 }
 
@@ -182,7 +184,8 @@ stof_status stof_mask_decode(stof_mask *mask, int b, int h, uint8_t *dense, size
                  "stof_mask_decode: batch entry %d is outside [0, %d)", b, v->batch);
     STOF_REQUIRE(h >= 0 && h < v->heads, STOF_ERR_INVALID_ARG,
                  "stof_mask_decode: head %d is outside [0, %d)", h, v->heads);
-    size_t need = (size_t)v->lq * (size_t)v->lk;
+    const int64_t d = v->split, lk_full = (int64_t)v->lk * d;
+    size_t need = (size_t)((int64_t)v->lq * d) * (size_t)lk_full;
     STOF_REQUIRE(cap >= need, STOF_ERR_INVALID_ARG,
                  "stof_mask_decode: cap %zu is smaller than Lq * Lk = %zu", cap, need);
     const mask_tiles *t;
@@ -192,16 +195,17 @@ stof_status stof_mask_decode(stof_mask *mask, int b, int h, uint8_t *dense, size
     int lenq = t->len_q[bi], lenk = t->len_k[bi], tm = t->tile_m, tn = t->tile_n;
     int words = tm * t->words_per_row;
     memset(dense, 0, need);
+    /* Element (i, j) of the stored plane is (i d + p, j d + p) for each class p. */
     for (int r = 0; r < t->n_trow; r++) {
         int64_t row = (int64_t)s * t->n_trow + r;
         for (int32_t e = t->row_ptr[row]; e < t->row_ptr[row + 1]; e++) {
             int i0 = r * tm, j0 = t->col[e] * tn;
             const uint64_t *bm = t->bits[e] < 0 ? NULL : t->bitmap + (int64_t)t->bits[e] * words;
             for (int rr = 0; rr < tm && i0 + rr < lenq; rr++) {
-                uint8_t *out = dense + (size_t)(i0 + rr) * t->lk;
                 for (int cc = 0; cc < tn && j0 + cc < lenk; cc++) {
                     int bit = !bm || ((bm[rr * t->words_per_row + cc / 64] >> (cc % 64)) & 1);
-                    out[j0 + cc] = (uint8_t)bit;
+                    for (int64_t p = 0; p < d; p++)
+                        dense[((i0 + rr) * d + p) * lk_full + (j0 + cc) * d + p] = (uint8_t)bit;
                 }
             }
         }

@@ -144,6 +144,10 @@ def test_select_reports_a_gpu_kernel(gen):
     choice = stof.attention_select(q, k, v, mask="window:128")
     assert choice.kernel in ("blockwise", "blockwise_sm90", "rowwise")
     assert choice.block_m > 0 and choice.block_n > 0
+    assert choice.split == 1
+    # A dilated mask runs its residue classes as sequences of their own.
+    assert stof.attention_select(q, k, v, mask="dilated:128x2").split == 2
+    assert stof.attention_select(q, k, v, mask="dilated:128x2,global:4").split == 1
 
 
 def test_gpu_errors_are_stof_errors(gen):
