@@ -464,9 +464,9 @@ static void run_case(acase *c, const char *tag)
                               {STOF_ATTN_BLOCKWISE_SM90, 4, 64, "blockwise_sm90/1 warpgroup"},
                               {STOF_ATTN_BLOCKWISE_SM90, 8, 128, "blockwise_sm90/2 warpgroups"}};
     bool blockwise_ok = (c->tile_m == 64 || c->tile_m == 128) && c->tile_n == 64;
-    /* A packed batch under a residue split is not the sm_90 kernel's (test_misuse). */
-    bool split_packed = mask && packed && stof_mask_tiles_view(mask)->split > 1;
-    bool sm90_case = sm90_ok && blockwise_ok && (c->D == 64 || c->D == 128) && !split_packed;
+    /* A split too wide for the sm_90 kernel is not its case (test_misuse). */
+    bool split_wide = mask && stof_mask_tiles_view(mask)->split > ATTN_SM90_MAX_SPLIT;
+    bool sm90_case = sm90_ok && blockwise_ok && (c->D == 64 || c->D == 128) && !split_wide;
     for (int kk = 0; mask && kk < (on_gpu ? 9 : 1); kk++) {
         const run_kind *rk = &runs[kk];
         if (rk->kernel == STOF_ATTN_BLOCKWISE_SM90 ? !sm90_case : kk > 0 && c->sm90_only) continue;
@@ -852,6 +852,9 @@ static void group_split(int max_len)
         {"dilated:300x2", 2, 1, 1000, 64, LAYOUT_PACKED, 128, 0, 2},
         {"dilated:33x7", 1, 3, 700, 128, LAYOUT_BHLD, 64, 1, 7},
         {"dilated:20x2", 2, 2, 130, 64, LAYOUT_BLHD, 64, 0, 2},
+        {"dilated:50x3", 2, 2, 999, 64, LAYOUT_PACKED, 64, 1, 3},
+        {"dilated:16x4", 2, 2, 1024, 128, LAYOUT_PACKED, 128, 0, 4},
+        {"dilated:64x4", 1, 2, 4096, 64, LAYOUT_BLHD, 64, 1, 4},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         if (cases[k].L > max_len) continue;
@@ -953,46 +956,42 @@ static void test_misuse(void)
     stof_tensor o32d = stof_tensor_make(dev + n * 6, STOF_F16, STOF_MEM_DEVICE, 4, shape32);
     CHECK_STATUS(stof_attention(ctx, &p90, &q32d, &k32d, &v32d, mask, NULL, NULL, &o32d),
                  STOF_ERR_UNSUPPORTED);
-    /* A packed batch with a mask split by residue class: the sm_90 kernel,
-     * forced or given, refuses it with the reason; AUTO runs another kernel. */
-    stof_mask_spec *dil = parse("dilated:4x2");
-    acase cd = base_case(B, H, L, D, STOF_F16, LAYOUT_PACKED);
+    /* A mask split into more residue classes than the sm_90 kernel's copy
+     * engine steps over: refused by it, forced or given, with the reason;
+     * AUTO runs another kernel. */
+    stof_mask_spec *dil = parse("dilated:4x7");
+    const int L7 = 56;
+    acase cd = base_case(B, H, L7, D, STOF_F16, LAYOUT_BHLD);
     cd.spec = dil;
-    stof_mask *msplit = dil ? compile_case(&cd) : NULL;
-    if (msplit) {
-        int64_t pshape[3] = {(int64_t)B * L, H, D}, ncu = B + 1;
-        int32_t cu_host[2] = {0, L};
-        void *cu_dev = buf_alloc(sizeof cu_host);
-        buf_put(cu_dev, cu_host, sizeof cu_host);
-        stof_tensor cu = stof_tensor_make(cu_dev, STOF_I32, STOF_MEM_DEVICE, 1, &ncu);
-        stof_tensor pq = stof_tensor_make(dev, STOF_F16, STOF_MEM_DEVICE, 3, pshape);
-        stof_tensor pk = stof_tensor_make(dev + n * 2, STOF_F16, STOF_MEM_DEVICE, 3, pshape);
-        stof_tensor pv = stof_tensor_make(dev + n * 4, STOF_F16, STOF_MEM_DEVICE, 3, pshape);
-        stof_tensor po = stof_tensor_make(dev + n * 6, STOF_F16, STOF_MEM_DEVICE, 3, pshape);
+    stof_mask *m7 = dil ? compile_case(&cd) : NULL;
+    if (m7) {
+        CHECK(stof_mask_tiles_view(m7)->split == 7, "dilated:4x7 at %d: split %d", L7,
+              stof_mask_tiles_view(m7)->split);
+        int64_t shape7[4] = {B, H, L7, D};
+        stof_tensor q7 = stof_tensor_make(dev, STOF_F16, STOF_MEM_DEVICE, 4, shape7);
+        stof_tensor k7 = stof_tensor_make(dev + n * 2, STOF_F16, STOF_MEM_DEVICE, 4, shape7);
+        stof_tensor v7 = stof_tensor_make(dev + n * 4, STOF_F16, STOF_MEM_DEVICE, 4, shape7);
+        stof_tensor o7 = stof_tensor_make(dev + n * 6, STOF_F16, STOF_MEM_DEVICE, 4, shape7);
         stof_attn_choice pick;
-        CHECK_OK(stof_attention_select(ctx, NULL, &pq, msplit, &pick));
-        CHECK(pick.kernel != STOF_ATTN_BLOCKWISE_SM90 && pick.split == 2,
-              "packed split: selected kernel %d, split %d", (int)pick.kernel, pick.split);
-        CHECK_OK(stof_attention(ctx, NULL, &pq, &pk, &pv, msplit, &cu, &cu, &po));
+        CHECK_OK(stof_attention_select(ctx, NULL, &q7, m7, &pick));
+        CHECK(pick.kernel != STOF_ATTN_BLOCKWISE_SM90 && pick.split == 7,
+              "split 7: selected kernel %d, split %d", (int)pick.kernel, pick.split);
+        CHECK_OK(stof_attention(ctx, NULL, &q7, &k7, &v7, m7, NULL, NULL, &o7));
         CHECK_OK(stof_ctx_synchronize(ctx));
-        CHECK_STATUS(stof_attention(ctx, &p90, &pq, &pk, &pv, msplit, &cu, &cu, &po),
+        CHECK_STATUS(stof_attention(ctx, &p90, &q7, &k7, &v7, m7, NULL, NULL, &o7),
                      STOF_ERR_UNSUPPORTED);
         if (sm90_ok) {
-            CHECK(strstr(stof_last_error(), "residue class") != NULL, "message: %s",
-                  stof_last_error());
+            CHECK(strstr(stof_last_error(), "dilation") != NULL, "message: %s", stof_last_error());
             stof_attn_choice given;
             memset(&given, 0, sizeof given);
             given.kernel = STOF_ATTN_BLOCKWISE_SM90;
             given.warps = 4;
-            CHECK_STATUS(
-                attn_attention_with(ctx, NULL, &given, &pq, &pk, &pv, msplit, &cu, &cu, &po),
-                STOF_ERR_UNSUPPORTED);
-            CHECK(strstr(stof_last_error(), "residue class") != NULL, "message: %s",
-                  stof_last_error());
+            CHECK_STATUS(attn_attention_with(ctx, NULL, &given, &q7, &k7, &v7, m7, NULL, NULL, &o7),
+                         STOF_ERR_UNSUPPORTED);
+            CHECK(strstr(stof_last_error(), "dilation") != NULL, "message: %s", stof_last_error());
         }
-        buf_free(cu_dev);
     }
-    stof_mask_destroy(msplit);
+    stof_mask_destroy(m7);
     stof_mask_spec_destroy(dil);
     /* a mask compiled on a CPU context */
     stof_ctx_params cp = stof_ctx_default_params();

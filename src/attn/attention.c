@@ -237,11 +237,15 @@ static stof_status check_all(stof_ctx *ctx, const stof_attn_params *p, const sto
     return STOF_OK;
 }
 
-/* The copy engine moves a class's rows only from a padded layout: a packed
- * sequence may start at any token, so its classes start anywhere. */
-#define SM90_NO_PACKED_SPLIT                                                                       \
-    "the sm_90 block-wise kernel does not take a packed batch with a dilated mask stored split "   \
-    "by residue class (the other kernels do)"
+/* The sm_90 kernel runs a split mask of at most ATTN_SM90_MAX_SPLIT classes. */
+static stof_status sm90_takes_split(int split)
+{
+    STOF_REQUIRE(split <= ATTN_SM90_MAX_SPLIT, STOF_ERR_UNSUPPORTED,
+                 "the sm_90 block-wise kernel runs a dilated mask of dilation %d or less (this "
+                 "one's is %d; the other kernels run it)",
+                 ATTN_SM90_MAX_SPLIT, split);
+    return STOF_OK;
+}
 
 static attn_problem problem_of(const attn_shape *s, stof_mask *mask)
 {
@@ -295,9 +299,8 @@ static stof_status choose(stof_ctx *ctx, const stof_attn_params *p, const attn_s
                      t->tile_m, t->tile_n, (long long)s->D);
     attn_problem prob = problem_of(s, mask);
     attn_device dev = device_of(ctx);
-    if (s->packed && t->split > 1) {
-        STOF_REQUIRE(p->kernel != STOF_ATTN_BLOCKWISE_SM90, STOF_ERR_UNSUPPORTED,
-                     SM90_NO_PACKED_SPLIT);
+    if (t->split > ATTN_SM90_MAX_SPLIT) {
+        if (p->kernel == STOF_ATTN_BLOCKWISE_SM90) return sm90_takes_split(t->split);
         dev.sm90_kernels = 0;
     }
     STOF_TRY(attn_select(&prob, &dev, p->kernel, out));
@@ -376,7 +379,7 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
                          "the sm_90 block-wise kernel needs a compute capability 9.0 device and "
                          "a build with 90 in STOF_CUDA_ARCHS (device: %d.%d, sm_90a kernels %s)",
                          ctx->cc_major, ctx->cc_minor, dev.sm90_kernels ? "built" : "not built");
-            STOF_REQUIRE(!s.packed || t->split == 1, STOF_ERR_UNSUPPORTED, SM90_NO_PACKED_SPLIT);
+            STOF_TRY(sm90_takes_split(t->split));
             STOF_REQUIRE(attn_sm90_config_fits((int)s.D, t->tile_m, t->tile_n, ch.warps,
                                                ch.block_m) &&
                              attn_sm90_smem_bytes((int)s.D, ch.block_m) <= dev.smem_per_block,

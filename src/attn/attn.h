@@ -87,6 +87,10 @@ stof_status attn_blockwise_prepare(void);
  * block_m 64 or 128. attn_blockwise_sm90_prepare raises its shared-memory limit
  * (attn_blockwise_prepare calls it). */
 stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, int block_m, void *stream);
+/* The most residue classes the sm_90 kernel runs a split mask as: the copy
+ * engine steps at most 256 rows per box, and a class's 64-row tile spans
+ * 64 * split of them. */
+#define ATTN_SM90_MAX_SPLIT 4
 stof_status attn_blockwise_sm90_prepare(void);
 /* Whether the sm_90 (wgmma) block-wise kernel with these warps and block_m can
  * run on ctx's device for this head dim and tile shape (built, cc 9.0). */

@@ -28,7 +28,8 @@
  * tensors, so the last tile of a sequence may bring rows past its keys (the
  * next sequence's, or a padded batch's padding, NaN as likely as not): they
  * are masked out of S, and zeroed in V before P V, since P = 0 times NaN is
- * still NaN.
+ * still NaN. Under a split mask (attn.h) a box spans 64 * split rows and the
+ * engine takes every split-th, so a residue class's tile arrives as one.
  *
  * Instruction count is what bounds this kernel at head dim 64 (the issue
  * slots, not the tensor cores, were the busiest unit in profiles), hence:
@@ -461,17 +462,16 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
 
     /* One thread moves every K and V tile: a 64 x 64 box per column block,
      * 128-byte swizzled by the copy engine, completing on the buffer's
-     * mbarrier. Rows: the sequence's own (padded: coordinate 0 of the row
-     * dimension is its first key; packed: k_row0 is). */
+     * mbarrier. Rows: the sequence's own, from k_row0 (padded: 0; packed: its
+     * first token), split apart (a split's class: every split-th row). */
     const bool leader = threadIdx.x == 0;
-    const int kv_y = s.k_row0, kv_w = a.cu_k ? 0 : b;
-    const int kv_h = h / a.split, kv_p = h % a.split; /* real head and residue class */
+    const int kv_y = s.k_row0, kv_h = s.head, kv_w = a.cu_k ? 0 : b, kv_step = a.split;
     auto load_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int key0) {
         mbar_arrive_expect_tx(bar, TILE);
 #pragma unroll
         for (int cb = 0; cb < D / 64; cb++)
-            tma_load_5d(dst + cb * SM90_BLOCK_BYTES, map, bar, cb * 64, kv_y + key0, kv_p, kv_h,
-                        kv_w);
+            tma_load_4d(dst + cb * SM90_BLOCK_BYTES, map, bar, cb * 64, kv_y + key0 * kv_step,
+                        kv_h, kv_w);
     };
     /* Waits for V_j (first key key0) and zeroes its rows past the keys; the
      * caller's barrier then publishes them to every warpgroup. */
@@ -617,34 +617,35 @@ extern "C" stof_status attn_blockwise_sm90_prepare(void)
     return attn_opt_in_once(&done, sm90_variants, SM90_NVARIANTS, variant_smem, NULL);
 }
 
-/* The tensor map of k or v (base x, element strides sb, sh, sl of batch,
- * head and row, sp of token): 64 x 64 boxes (64 elements of one column
- * block, 64 rows) of one residue class of one head and batch entry, 128-byte
- * swizzled, zeros past the tensor. Padded layout: dimensions (D, Lk / d, d,
- * H, B) for a split of d (attn.h; d = 1 without one); packed, which has no
- * split here: (D, Tk, 1, H, 1), the kernel adding the sequence's first row.
- * A dimension of extent 1 is never stepped, so its stride (free to be
- * anything in the caller's tensor) is replaced by a valid one. */
+/* The tensor map of k or v (base x, element strides sb, sh of batch and
+ * head, sp of token): boxes of 64 elements of one column block by 64 rows of
+ * one head and batch entry, 128-byte swizzled, zeros past the tensor.
+ * Dimensions (D, Lk, H, B) padded, (D, Tk, H, 1) packed, the kernel adding
+ * the sequence's first row. Under a split of d the box spans 64 d rows and
+ * loads every d-th (the copy engine's traversal step), so that one class's
+ * rows arrive packed. A dimension of extent 1 is never stepped, so its stride
+ * (free to be anything in the caller's tensor) is replaced by a valid one. */
 static stof_status encode_kv(CUtensorMap *map, const char *name, const attn_launch *a,
-                             const void *x, int64_t sb, int64_t sh, int64_t sl, int64_t sp)
+                             const void *x, int64_t sb, int64_t sh, int64_t sp)
 {
-    const int64_t rows = a->cu_k ? a->tk : a->lk, batch = a->cu_k ? 1 : a->batch;
-    const int64_t heads = a->heads / a->split;
-    const cuuint64_t dims[5] = {(cuuint64_t)a->head_dim, (cuuint64_t)(rows > 0 ? rows : 1),
-                                (cuuint64_t)a->split, (cuuint64_t)heads, (cuuint64_t)batch};
-    int64_t st[4] = {sl * 2, sp * 2, sh * 2, sb * 2};
+    const int64_t rows = a->cu_k ? a->tk : (int64_t)a->lk * a->split;
+    const int64_t batch = a->cu_k ? 1 : a->batch, heads = a->heads / a->split;
+    const cuuint64_t dims[4] = {(cuuint64_t)a->head_dim, (cuuint64_t)(rows > 0 ? rows : 1),
+                                (cuuint64_t)heads, (cuuint64_t)batch};
+    int64_t st[3] = {sp * 2, sh * 2, sb * 2};
     if (rows <= 1) st[0] = (int64_t)a->head_dim * 2;
-    for (int d = 1; d < 4; d++)
-        if (dims[d + 1] == 1) st[d] = st[d - 1] * (int64_t)dims[d];
-    for (int d = 0; d < 4; d++)
+    if (heads == 1) st[1] = st[0] * (int64_t)dims[1];
+    if (batch == 1) st[2] = st[1] * heads;
+    for (int d = 0; d < 3; d++)
         STOF_REQUIRE(st[d] > 0 && st[d] % 16 == 0 && st[d] < (1ll << 40), STOF_ERR_UNSUPPORTED,
                      "sm_90 attention: %s has a stride of %lld bytes in dimension %d, which the "
                      "copy engine cannot step (positive multiple of 16 below 2^40)",
                      name, (long long)st[d], d);
-    const cuuint64_t strides[4] = {(cuuint64_t)st[0], (cuuint64_t)st[1], (cuuint64_t)st[2],
-                                   (cuuint64_t)st[3]};
-    const cuuint32_t box[5] = {64, SM90_SUB_ROWS, 1, 1, 1};
-    return stof_tma_encode_sw128(map, "sm_90 attention", name, a->bf16, 5, x, dims, strides, box);
+    const cuuint64_t strides[3] = {(cuuint64_t)st[0], (cuuint64_t)st[1], (cuuint64_t)st[2]};
+    const cuuint32_t box[4] = {64, (cuuint32_t)(SM90_SUB_ROWS * a->split), 1, 1};
+    const cuuint32_t step[4] = {1, (cuuint32_t)a->split, 1, 1};
+    return stof_tma_encode_sw128(map, "sm_90 attention", name, a->bf16, 4, x, dims, strides, box,
+                                 step);
 }
 
 extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, int block_m,
@@ -668,10 +669,11 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
                  warps);
     STOF_TRY(attn_blockwise_sm90_prepare());
     CUtensorMap k_map, v_map;
-    STOF_REQUIRE(a->split == 1 || !a->cu_k, STOF_ERR_UNSUPPORTED,
-                 "sm_90 attention: a packed batch with a mask split by residue class");
-    STOF_TRY(encode_kv(&k_map, "k", a, a->k, a->k_sb, a->k_sh, a->k_sl, a->k_sp));
-    STOF_TRY(encode_kv(&v_map, "v", a, a->v, a->v_sb, a->v_sh, a->v_sl, a->v_sp));
+    STOF_REQUIRE(a->split <= ATTN_SM90_MAX_SPLIT, STOF_ERR_UNSUPPORTED,
+                 "sm_90 attention: a mask split into %d residue classes (at most %d)", a->split,
+                 ATTN_SM90_MAX_SPLIT);
+    STOF_TRY(encode_kv(&k_map, "k", a, a->k, a->k_sb, a->k_sh, a->k_sp));
+    STOF_TRY(encode_kv(&v_map, "v", a, a->v, a->v_sb, a->v_sh, a->v_sp));
     void *args[3] = {(void *)a, (void *)&k_map, (void *)&v_map};
     return attn_block_launch(a, (const void *)v->fn, block_m, 128 * wg, (size_t)variant_smem(v),
                              (cudaStream_t)stream, args);

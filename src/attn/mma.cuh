@@ -217,19 +217,22 @@ typedef struct attn_seq {
     const uint16_t *q, *k, *v;
     uint16_t *o;
     int len_q, len_k, store_rows;
-    int k_row0; /* packed layout: the sequence's first row of k and v; 0 when padded */
+    int k_row0; /* row of k and v of the first key (its token: the sequence's first under a
+                   packed layout, plus the residue class under a split) */
+    int head;   /* the real head (hv / split) */
 } attn_seq;
 
 /* Rows of class p of n rows split d ways: rows p, p + d, ... below n. */
-static __device__ __forceinline__ int attn_class_rows(int64_t n, int p, int d)
+static __device__ __forceinline__ int attn_class_rows(int n, int p, int d)
 {
-    return n > p ? (int)((n - p + d - 1) / d) : 0;
+    if (d == 1) return n;
+    return n > p ? (n - p + d - 1) / d : 0;
 }
 
 static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int b, int hv)
 {
     const mask_tiles *t = &a->tiles;
-    const int d = a->split, h = hv / d, p = hv % d;
+    const int d = a->split, h = d > 1 ? hv / d : hv, p = d > 1 ? hv % d : 0;
     const int bi = t->bm > 1 ? b : 0;
     attn_seq s;
     s.len_q = t->len_q[bi];
@@ -246,11 +249,12 @@ static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int
         const bool q_ok = q0 >= 0 && q0 <= a->tq, k_ok = k0 >= 0 && k0 <= a->tk;
         if (!q_ok) q0 = 0;
         if (!k_ok) k0 = 0;
-        s.store_rows = attn_class_rows(q_ok && q1 > q0 ? q1 - q0 : 0, p, d);
+        s.store_rows = attn_class_rows(q_ok && q1 > q0 ? (int)(q1 - q0) : 0, p, d);
         s.len_q = min(s.len_q, s.store_rows);
-        s.len_k = min(s.len_k, attn_class_rows(k_ok && k1 > k0 ? k1 - k0 : 0, p, d));
+        s.len_k = min(s.len_k, attn_class_rows(k_ok && k1 > k0 ? (int)(k1 - k0) : 0, p, d));
     }
-    s.k_row0 = (int)k0;
+    s.k_row0 = (int)(k0 + p);
+    s.head = h;
     s.q = (const uint16_t *)a->q + b * a->q_sb + h * a->q_sh + (q0 + p) * a->q_sp;
     s.k = (const uint16_t *)a->k + b * a->k_sb + h * a->k_sh + (k0 + p) * a->k_sp;
     s.v = (const uint16_t *)a->v + b * a->v_sb + h * a->v_sh + (k0 + p) * a->v_sp;

@@ -114,16 +114,14 @@ static __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map)
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-/* The box at (c0, .., c4) of a 5-D tensor map into shared memory at dst;
+/* The box at (c0, c1, c2, c3) of a 4-D tensor map into shared memory at dst;
  * its bytes complete on bar (out-of-range elements arrive as zeros and count). */
-static __device__ __forceinline__ void tma_load_5d(uint32_t dst, const CUtensorMap *map,
-                                                   uint32_t bar, int c0, int c1, int c2, int c3,
-                                                   int c4)
+static __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map,
+                                                   uint32_t bar, int c0, int c1, int c2, int c3)
 {
-    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
-                 "r"(c4), "r"(bar)
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
                  : "memory");
 }
 
@@ -159,16 +157,19 @@ static inline stof_tma_encode_fn stof_tma_encoder(void)
 
 /* A tiled tensor map of fp16 or bf16 elements, 128-byte swizzled, zeros
  * outside the tensor: rank dimensions (innermost first), rank - 1 byte
- * strides, the box in elements. who and name go into the error messages. */
+ * strides, the box in elements, and the traversal step of each dimension
+ * (NULL: 1 everywhere; a box of n * step elements loads n of them, step
+ * apart). who and name go into the error messages. */
 static inline stof_status stof_tma_encode_sw128(CUtensorMap *map, const char *who, const char *name,
                                                 int bf16, int rank, const void *ptr,
                                                 const cuuint64_t *dims, const cuuint64_t *strides,
-                                                const cuuint32_t *box)
+                                                const cuuint32_t *box, const cuuint32_t *step)
 {
     stof_tma_encode_fn encode = stof_tma_encoder();
     STOF_REQUIRE(encode, STOF_ERR_UNSUPPORTED,
                  "%s: the CUDA driver offers no cuTensorMapEncodeTiled (driver too old?)", who);
-    const cuuint32_t steps[5] = {1, 1, 1, 1, 1};
+    const cuuint32_t ones[5] = {1, 1, 1, 1, 1};
+    const cuuint32_t *steps = step ? step : ones;
     const CUresult r =
         encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
                (cuuint32_t)rank, const_cast<void *>(ptr), dims, strides, box, steps,

@@ -424,7 +424,7 @@ static stof_status encode_operand(CUtensorMap *map, const char *name, const void
     const cuuint64_t strides[1] = {(cuuint64_t)k * 2};
     const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
     return stof_tma_encode_sw128(map, "gemm_sm90", name, dtype == STOF_BF16, 2, ptr, dims, strides,
-                                 box);
+                                 box, NULL);
 }
 
 template <typename T, int BN, int WG, int STAGES>
