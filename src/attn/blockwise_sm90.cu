@@ -465,12 +465,12 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
      * mbarrier. Rows: the sequence's own, from k_row0 (padded: 0; packed: its
      * first token), split apart (a split's class: every split-th row). */
     const bool leader = threadIdx.x == 0;
-    const int kv_y = s.k_row0, kv_h = s.head, kv_w = a.cu_k ? 0 : b, kv_step = a.split;
+    const int kv_y = s.k_row0, kv_h = s.head, kv_w = a.cu_k ? 0 : b;
     auto load_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int key0) {
         mbar_arrive_expect_tx(bar, TILE);
 #pragma unroll
         for (int cb = 0; cb < D / 64; cb++)
-            tma_load_4d(dst + cb * SM90_BLOCK_BYTES, map, bar, cb * 64, kv_y + key0 * kv_step,
+            tma_load_4d(dst + cb * SM90_BLOCK_BYTES, map, bar, cb * 64, kv_y + key0 * a.split,
                         kv_h, kv_w);
     };
     /* Waits for V_j (first key key0) and zeroes its rows past the keys; the

@@ -222,23 +222,17 @@ typedef struct attn_seq {
     int head;   /* the real head (hv / split) */
 } attn_seq;
 
-/* Rows of class p of n rows split d ways: rows p, p + d, ... below n. */
-static __device__ __forceinline__ int attn_class_rows(int n, int p, int d)
-{
-    if (d == 1) return n;
-    return n > p ? (n - p + d - 1) / d : 0;
-}
-
 static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int b, int hv)
 {
     const mask_tiles *t = &a->tiles;
-    const int d = a->split, h = d > 1 ? hv / d : hv, p = d > 1 ? hv % d : 0;
+    const int d = a->split, h = d > 1 ? hv / d : hv;
     const int bi = t->bm > 1 ? b : 0;
     attn_seq s;
     s.len_q = t->len_q[bi];
     s.len_k = t->len_k[bi];
     s.store_rows = a->lq;
     int64_t q0 = 0, k0 = 0;
+    int rows_q = 0, rows_k = 0; /* packed: the sequence's, clamped */
     if (a->cu_q) {
         /* Clamped to the token counts: prefix sums that point outside the
          * tensors give empty sequences instead of stray accesses. */
@@ -249,16 +243,33 @@ static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int
         const bool q_ok = q0 >= 0 && q0 <= a->tq, k_ok = k0 >= 0 && k0 <= a->tk;
         if (!q_ok) q0 = 0;
         if (!k_ok) k0 = 0;
-        s.store_rows = attn_class_rows(q_ok && q1 > q0 ? (int)(q1 - q0) : 0, p, d);
-        s.len_q = min(s.len_q, s.store_rows);
-        s.len_k = min(s.len_k, attn_class_rows(k_ok && k1 > k0 ? (int)(k1 - k0) : 0, p, d));
+        rows_q = q_ok && q1 > q0 ? (int)(q1 - q0) : 0;
+        rows_k = k_ok && k1 > k0 ? (int)(k1 - k0) : 0;
+        s.store_rows = rows_q;
+        s.len_q = min(s.len_q, rows_q);
+        s.len_k = min(s.len_k, rows_k);
     }
-    s.k_row0 = (int)(k0 + p);
+    s.k_row0 = (int)k0;
     s.head = h;
-    s.q = (const uint16_t *)a->q + b * a->q_sb + h * a->q_sh + (q0 + p) * a->q_sp;
-    s.k = (const uint16_t *)a->k + b * a->k_sb + h * a->k_sh + (k0 + p) * a->k_sp;
-    s.v = (const uint16_t *)a->v + b * a->v_sb + h * a->v_sh + (k0 + p) * a->v_sp;
-    s.o = (uint16_t *)a->out + b * a->o_sb + h * a->o_sh + (q0 + p) * a->o_sp;
+    s.q = (const uint16_t *)a->q + b * a->q_sb + h * a->q_sh + q0 * a->q_sp;
+    s.k = (const uint16_t *)a->k + b * a->k_sb + h * a->k_sh + k0 * a->k_sp;
+    s.v = (const uint16_t *)a->v + b * a->v_sb + h * a->v_sh + k0 * a->v_sp;
+    s.o = (uint16_t *)a->out + b * a->o_sb + h * a->o_sh + q0 * a->o_sp;
+    if (d > 1) {
+        /* Residue class p: rows p, p + d, ... of the sequence. */
+        const int p = hv - h * d;
+        s.k_row0 += p;
+        s.q += p * a->q_sp;
+        s.k += p * a->k_sp;
+        s.v += p * a->v_sp;
+        s.o += p * a->o_sp;
+        if (a->cu_q) {
+            auto class_rows = [&](int n) { return n > p ? (n - p + d - 1) / d : 0; };
+            s.store_rows = class_rows(rows_q);
+            s.len_q = min(t->len_q[bi], s.store_rows);
+            s.len_k = min(t->len_k[bi], class_rows(rows_k));
+        }
+    }
     return s;
 }
 
