@@ -31,8 +31,13 @@
  * still NaN. Under a split mask (attn.h) a box spans 64 * split rows and the
  * engine takes every split-th, so a residue class's tile arrives as one.
  *
- * Instruction count is what bounds this kernel at head dim 64 (the issue
- * slots, not the tensor cores, were the busiest unit in profiles), hence:
+ * At head dim 64 a tile needs about as many MUFU cycles (64 x 64
+ * exponentials, 16 a cycle a SM) as tensor cycles, so the kernel runs at the
+ * rate at which the resident CTAs overlap one's softmax with another's
+ * products: on the dense (4, 16, 4096) mask the tensor pipe is active 44% of
+ * the time, the MUFU pipe 47%, the issue slots 54%, and a fifth of the stall
+ * samples sit on the exponentials (the experiments file named below).
+ * Instruction count is what bounds each warp, hence:
  * the softmax scale folded into the exponent's FFMA, the O rescale skipped by
  * a warp whose row maxima did not move, descriptors built once, and the tile
  * list read one iteration ahead.
@@ -46,8 +51,10 @@
  * schedules the softmax after the second wait anyway; the overlap then comes
  * from the other warpgroups resident on the SM.)
  *
- * Measured on an H200 and left out (bench_attention, each variant against
- * this kernel on the same GPU in the same run):
+ * Measured on an H200 and left out (each variant against this kernel on the
+ * same GPU in the same run: bench_attention, and for the persistent CTAs, the
+ * exponentials on the FMA pipe and the balanced folds compare_attention.py,
+ * bench/results/attention-experiments-2026-11-22-h200.txt):
  *  - Keeping the softmax ahead of the second wait. ptxas hoists
  *    wgmma.wait_group to the top of its basic block, so the wait has to sit
  *    behind a branch; the rescale's skip branch serves, but only when the
@@ -63,6 +70,24 @@
  *    0.102 against 0.082 ms; window 1024: 0.046 against 0.036 ms), with three
  *    CTAs per SM instead of four (scores of 64 x 128 per warpgroup, four-tile
  *    buffers).
+ *  - Persistent CTAs (as many as the device holds; work items strided over
+ *    them; the next item's Q loaded into a second Q buffer under the current
+ *    item's first product, its first K and V tiles in the current item's last
+ *    steps): slower on every mask, 5-16% where rows are even (dense,
+ *    window, dilated) and 10-47% elsewhere (causal 4096: 0.567 against
+ *    0.385 ms; a fixed stride over the heavy-first order hands some CTAs
+ *    only heavy rows). The same code with one item per CTA was up to 7%
+ *    slower than this kernel (128 registers against 117): the CTAs resident
+ *    beside a starting one already cover its prologue, so chaining items
+ *    across it won nothing.
+ *  - A quarter or half of each tile's exponentials on the FMA pipe (floor by
+ *    a round-down add, cubic for the fraction, exponent added as bits) to
+ *    relieve the MUFU pipe: 2-5% and 6-12% slower than without (both on the
+ *    persistent variant); the extra instructions cost more than the MUFU
+ *    cycles they free.
+ *  - The row maxima and sums as balanced trees instead of running folds
+ *    (the profile's largest stall reason is "wait", fixed-latency
+ *    dependences): within the spread of runs, the stall unchanged.
  *  - Reading the tile list and cu_seqlens ahead of the grid-dependency wait
  *    where the caller vouches that they were complete before the previous
  *    kernel (the encoder: mask built before the layers, a QKV GEMM between):
