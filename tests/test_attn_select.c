@@ -44,26 +44,29 @@ static bool close_to(double a, double b)
     return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(b));
 }
 
-static void test_density_and_bound(void)
+static void test_rowwise_costs(void)
 {
-    /* Dense L = 4096 in 64 x 64 tiles: 64 tiles per row, each 16 16x16 tiles: rho = 1. */
-    attn_problem p = problem(1, 1, 4096, 64, 64, 64, 64.0);
-    CHECK(close_to(attn_density16(&p), 1.0), "dense rho %g", attn_density16(&p));
-    /* One tile per row: 64 * 16 / 256^2 = 1/64. */
-    p.tiles_per_row = 1.0;
-    CHECK(close_to(attn_density16(&p), 1.0 / 64), "rho %g", attn_density16(&p));
-    /* 128 x 64 tiles count 32 16x16 tiles each over 32 tile rows: same units. */
-    p = problem(1, 1, 4096, 64, 128, 64, 1.0);
-    CHECK(close_to(attn_density16(&p), 32.0 * 32 / 65536), "rho %g", attn_density16(&p));
-    /* A 64 x 64 tile over a 32 x 32 matrix is clamped to density 1. */
-    p = problem(1, 1, 32, 64, 64, 64, 1.0);
-    CHECK(close_to(attn_density16(&p), 1.0), "clamped rho %g", attn_density16(&p));
-    CHECK(close_to(attn_rowwise_bound(4096, 4096), 1.1 / 64), "bound 4096: %g",
-          attn_rowwise_bound(4096, 4096));
-    CHECK(close_to(attn_rowwise_bound(128, 128), 1.1 / 9), "bound 128: %g",
-          attn_rowwise_bound(128, 128));
-    CHECK(isinf(attn_rowwise_bound(1, 1)) && isinf(attn_rowwise_bound(16, 16)), "n = 1: +inf");
-    CHECK(close_to(attn_rowwise_bound(32, 32), 1.1), "n = 2: tau");
+    /* L = 1, dense: 1 row, 1 key: t_row = 2.6 + 0.084, t_blk = 7.5 + 2.5. */
+    attn_problem p = problem(256, 12, 1, 64, 64, 64, 1.0);
+    CHECK(close_to(attn_rowwise_advantage(&p), 10.0 / 2.684), "L=1: %g",
+          attn_rowwise_advantage(&p));
+    /* L = 8, dense: 2 row-wise CTAs, 64 pairs: 5.2 + 5.376 against 10. */
+    p = problem(256, 12, 8, 64, 64, 64, 1.0);
+    CHECK(close_to(attn_rowwise_advantage(&p), 10.0 / 10.576), "L=8: %g",
+          attn_rowwise_advantage(&p));
+    /* One 64 x 64 tile per row at L = 4096: a row may see 64 keys of the 4096. */
+    p = problem(4, 12, 4096, 64, 64, 64, 1.0);
+    CHECK(close_to(attn_rowwise_advantage(&p), 10.0 / (16 * 2.6 + 64 * 64 * 0.084)), "L=4096: %g",
+          attn_rowwise_advantage(&p));
+    /* 128-row tiles hold 128 rows; an empty mask costs the CTAs alone. */
+    p = problem(1, 1, 4096, 64, 128, 64, 0.0);
+    CHECK(close_to(attn_rowwise_advantage(&p), 7.5 / (32 * 2.6)), "empty: %g",
+          attn_rowwise_advantage(&p));
+    /* Nothing to cost. */
+    p = problem(1, 1, 0, 64, 64, 64, 1.0);
+    CHECK(isinf(attn_rowwise_advantage(&p)), "L=0: %g", attn_rowwise_advantage(&p));
+    p = problem(1, 1, 64, 64, 0, 0, 1.0);
+    CHECK(isinf(attn_rowwise_advantage(&p)), "no tiles: %g", attn_rowwise_advantage(&p));
 }
 
 static void test_occupancy(void)
@@ -134,28 +137,34 @@ static void test_rowwise_choices(void)
 {
     attn_device d = h100();
     stof_attn_choice ch;
-    /* Threshold at L = 4096, 64x64 tiles: rho = tiles_per_row / 64 against 1.1 / 64. */
-    attn_problem p = problem(1, 12, 4096, 64, 64, 64, 1.09);
+    /* Sequences of up to 7 queries seeing every key go row-wise, from 8 block-wise. */
+    attn_problem p = problem(256, 12, 7, 64, 64, 64, 1.0);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_ROWWISE && ch.score > 1.0, "just below: kernel %d score %g",
-          ch.kernel, ch.score);
-    p.tiles_per_row = 1.11;
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE && ch.score > 1.0, "L=7: kernel %d score %g", ch.kernel,
+          ch.score);
+    p = problem(256, 12, 8, 64, 64, 64, 1.0);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "just above: kernel %d", ch.kernel);
-    /* Very sparse short rows: 16x16 tiles (no block-wise configuration) and a window of a
-     * tile or two per row at L = 4096: rho = 3 * 256 / 65536 < 1.1 / 64. */
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "L=8: kernel %d", ch.kernel);
+    p = problem(1, 1, 1, 32, 64, 64, 1.0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_ROWWISE, "L=1 D=32: kernel %d", ch.kernel);
+    /* The sparsest long rows stay block-wise: one tile per row at L = 4096 and 16384
+     * (STOF's density bound sent these row-wise). */
+    p = problem(4, 12, 4096, 64, 64, 64, 1.0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "one tile a row: kernel %d", ch.kernel);
+    p = problem(1, 12, 16384, 64, 64, 64, 1.0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "L=16384: kernel %d", ch.kernel);
+    /* Short sequences of 32 queries, dense: block-wise (12x faster measured at B = 256). */
+    p = problem(256, 12, 32, 64, 64, 64, 1.0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "L=32: kernel %d", ch.kernel);
+    /* Tile shapes without a block-wise configuration go row-wise under AUTO, however
+     * dense. */
     p = problem(2, 12, 4096, 64, 16, 16, 3.0);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
     CHECK(ch.kernel == STOF_ATTN_ROWWISE && ch.block_n == 16, "sparse 16x16: kernel %d", ch.kernel);
-    /* L = 128, half the tile rows padding (tiles_per_row 0.05): rho 0.05 < 1.1 / 9. */
-    p = problem(8, 12, 128, 64, 64, 64, 0.05);
-    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_ROWWISE, "short sparse: kernel %d", ch.kernel);
-    /* L <= 32 always goes row-wise, even dense. */
-    p = problem(1, 1, 32, 64, 64, 64, 1.0);
-    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_ROWWISE, "L=32: kernel %d", ch.kernel);
-    /* Tile shapes without a block-wise configuration go row-wise under AUTO. */
     p = problem(4, 16, 4096, 64, 32, 32, 128.0);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
     CHECK(ch.kernel == STOF_ATTN_ROWWISE, "32x32 dense: kernel %d", ch.kernel);
@@ -191,14 +200,15 @@ static void test_forced_and_extremes(void)
     CHECK(ch.kernel == STOF_ATTN_ROWWISE && !isnan(ch.score), "L=1: kernel %d", ch.kernel);
     p = problem(1, 1, 1000, 64, 64, 64, 0.0);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_ROWWISE && isinf(ch.score), "empty mask: score %g", ch.score);
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && isfinite(ch.score), "empty mask: kernel %d",
+          ch.kernel);
     p = problem(65535, 65535, 2147483000, 128, 128, 64, 1e7);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
     CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && isfinite(ch.score) && ch.score > 0,
           "huge: kernel %d score %g", ch.kernel, ch.score);
     p.tiles_per_row = 1.0;
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_ROWWISE, "huge and sparse: kernel %d", ch.kernel);
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "huge and sparse: kernel %d", ch.kernel);
     p = problem(0, 0, 0, 64, 0, 0, 0.0);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
     CHECK(ch.kernel == STOF_ATTN_ROWWISE, "all zeros: kernel %d", ch.kernel);
@@ -297,11 +307,12 @@ static void test_sm90_rule(void)
                  STOF_ATTN_BLOCKWISE_SM90, 4, 64);
     check_choice("D128 causal on sm_90", causal(8, 12, 1024, 128, 128, 64, 16.0), d,
                  STOF_ATTN_BLOCKWISE_SM90, 8, 128);
-    /* Head dim 32 stays on mma.sync; sparse rows stay row-wise; 32x32 tiles too. */
+    /* Head dim 32 stays on mma.sync; the sparsest rows take the wgmma kernel; 32x32
+     * tiles go row-wise. */
     p = problem(4, 16, 4096, 32, 128, 64, 64.0);
     check_choice("D32 on sm_90", p, d, STOF_ATTN_BLOCKWISE, 0, 0);
-    p = problem(1, 12, 4096, 64, 64, 64, 1.09);
-    check_choice("sparse on sm_90", p, d, STOF_ATTN_ROWWISE, 0, 0);
+    p = problem(4, 12, 4096, 64, 64, 64, 1.0);
+    check_choice("sparse on sm_90", p, d, STOF_ATTN_BLOCKWISE_SM90, 4, 64);
     p = problem(4, 16, 4096, 64, 32, 32, 128.0);
     check_choice("32x32 on sm_90", p, d, STOF_ATTN_ROWWISE, 0, 0);
     /* Other devices and builds keep the mma.sync kernel: A100 (8.0), a Blackwell part
@@ -382,7 +393,7 @@ static void test_bits(void)
 
 int main(void)
 {
-    test_density_and_bound();
+    test_rowwise_costs();
     test_occupancy();
     test_blockwise_choices();
     test_rowwise_choices();

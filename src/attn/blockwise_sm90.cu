@@ -352,18 +352,20 @@ store_output(const float (&o)[D / 2], const float (&l)[2], uint32_t tile, const 
     const int CH = D / 8;
     const int g = lane >> 2, t = lane & 3;
     float inv[2];
+    bool live[2]; /* rows past len_q: zeros, selected (their Q may be anything, o NaN) */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float sum = quad_sum(l[r]);
-        const int i = row_w + g + 8 * r;
-        inv[r] = (i < s->len_q && sum > 0.0f) ? 1.0f / sum : 0.0f;
+        live[r] = row_w + g + 8 * r < s->len_q;
+        inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < D / 8; j++) {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const uint32_t v =
-                pack2<BF16>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+                live[r] ? pack2<BF16>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r])
+                        : 0u;
             const uint32_t addr = tile + sw128_offset(r_w + g + 8 * r, j) + 4 * t;
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
         }
@@ -466,11 +468,29 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     const int row0 = tr * t->tile_m + (x % subs) * BM;
     const attn_seq s = attn_seq_of(&a, b, h);
     if (row0 >= s.store_rows) return;
+    /* Q goes first when its rows are known to be wanted, so that its trip to
+     * memory overlaps the dependent reads of the tile list and of the first
+     * K tile: with one length for the whole batch (bm == 1) a row block
+     * past it is rare (a lone sequence shorter than its padding), and Q comes in up to the end of the sequence's storage
+     * (rows past len_q, whatever they hold, store_output writes as zeros
+     * without reading their sums; rows past the storage, zeros). With
+     * per-batch lengths, whole row blocks of padding are common and Q waits
+     * for the lengths, which say whether it is needed at all. */
+    const bool q_early = t->bm == 1;
+    if (q_early) {
+        load_rows<D, BM, THREADS>(sq, s.q, a.q_sl, row0, s.store_rows);
+        cp_async_commit();
+    }
     const int64_t ri = attn_row_index(&a, b, h, tr);
     const int e0 = t->row_ptr[ri], n = t->row_ptr[ri + 1] - e0;
     if (n <= 0 || row0 >= s.len_q) {
+        if (q_early) cp_async_wait_all(); /* no copy may land after the CTA has gone */
         store_zero_rows<D, THREADS>(&s, &a, row0, BM);
         return;
+    }
+    if (!q_early) {
+        load_rows<D, BM, THREADS>(sq, s.q, a.q_sl, row0, s.len_q);
+        cp_async_commit();
     }
 
     const uint32_t q_tile = sq + wg * TILE;
@@ -524,8 +544,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     int col = t->col[e0], bits = t->bits[e0];
     int col_next = n > 1 ? t->col[e0 + 1] : 0;
 
-    /* Prologue: K_0, K_1 and V_0 on their way; Q by every thread (rows past
-     * the queries zero-filled), published by the barrier. */
+    /* Prologue: K_0, K_1 and V_0 on their way; Q (in flight since the
+     * start) published by the barrier. */
     if (leader) {
 #pragma unroll
         for (int j = 0; j < 4; j++)
@@ -537,8 +557,6 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         if (n > 1) load_tile(sk + TILE, &k_map, kbar + 8, col_next * SM90_BLOCK_N);
         load_tile(sv, &v_map, vbar, col * SM90_BLOCK_N);
     }
-    load_rows<D, BM, THREADS>(sq, s.q, a.q_sl, row0, s.len_q);
-    cp_async_commit();
     bool masked = bits >= 0 || col * SM90_BLOCK_N + SM90_BLOCK_N > s.len_k;
     if (masked) tile_words(t, bits, tile_row, col * SM90_BLOCK_N, s.len_k, w);
     cp_async_wait_all();

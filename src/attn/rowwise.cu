@@ -1,10 +1,14 @@
 /*
- * rowwise.cu — the row-wise sparse attention kernel (STOF's row-wise MHA) for
- * short sequences and very sparse rows: one warp per query row, no
- * synchronisation between warps. The warp walks the tiles listed for its tile
- * row, turns each into 64-bit visibility words (all ones for a full tile, the
- * bitmap row for a partial one, clipped at the sequence end) and hands the
- * set bits to its lanes, 32 visible keys per batch. Each lane scores its key
+ * rowwise.cu — the row-wise sparse attention kernel (STOF's row-wise MHA):
+ * one warp per query row, no synchronisation between warps. The selector
+ * (select.h, rule 1) gives it sequences of a handful of queries and tile
+ * shapes the block-wise kernels do not serve; on sparse long rows the
+ * tensor-core tiles measured faster, even at one visible key per row.
+ *
+ * The warp walks the tiles listed for its tile row, turns each into 64-bit
+ * visibility words (all ones for a full tile, the bitmap row for a partial
+ * one, clipped at the sequence end) and hands the set bits to its lanes, 32
+ * visible keys per batch. Each lane scores its key
  * (fp32 dot product against the query staged in shared memory), warp shuffles
  * give the batch maximum, and the P.V accumulation broadcasts each p_j while
  * lanes own D/32 consecutive output dims (coalesced V reads and stores).

@@ -1,6 +1,6 @@
 /*
  * select.c — the analytical selector of select.h: row-wise vs block-wise by
- * STOF's density bound, then the block-wise configuration by an occupancy and
+ * a measured cost per row block, then the block-wise configuration by an occupancy and
  * bandwidth estimate, and the Hopper wgmma kernel where it can run. The
  * formulas and rules are written out in select.h.
  */
@@ -8,7 +8,6 @@
 
 #include "core/core.h"
 
-#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -23,27 +22,17 @@ int attn_head_dim_supported(int head_dim)
     return head_dim == 32 || head_dim == 64 || head_dim == 128;
 }
 
-static double tiles16(int64_t len)
+double attn_rowwise_advantage(const attn_problem *p)
 {
-    return ceil((double)len / 16.0);
-}
-
-double attn_density16(const attn_problem *p)
-{
-    if (p->lq < 1 || p->lk < 1 || p->tile_m < 1 || p->tile_n < 1) return 0.0;
-    double n_trow = ceil((double)p->lq / p->tile_m);
-    double load16 = p->tiles_per_row * n_trow * ((double)p->tile_m * p->tile_n / 256.0);
-    double rho = load16 / (tiles16(p->lq) * tiles16(p->lk));
-    /* A tile reaching past the matrix loads zero-fill there, not memory. */
-    return rho < 1.0 ? rho : 1.0;
-}
-
-double attn_rowwise_bound(int lq, int lk)
-{
-    double n = sqrt(tiles16(lq > 1 ? lq : 1) * tiles16(lk > 1 ? lk : 1));
-    double lg = log2(n);
-    if (!(lg > 0.0)) return INFINITY;
-    return ATTN_TAU / (lg * lg);
+    if (p->lq < 1 || p->lk < 1 || p->tile_m < 1 || p->tile_n < 1 || p->head_dim < 1)
+        return INFINITY;
+    const double tiles = p->tiles_per_row > 0 ? p->tiles_per_row : 0.0;
+    const double rows = p->lq < p->tile_m ? p->lq : p->tile_m;
+    const double reach = tiles * p->tile_n;
+    const double keys = reach < p->lk ? reach : p->lk;
+    const double t_row = ceil(rows / ATTN_ROWWISE_WARPS) * ATTN_C_RCTA + rows * keys * ATTN_C_PAIR;
+    const double t_blk = ATTN_C_CTA + tiles * ATTN_C_TILE;
+    return t_blk / t_row;
 }
 
 int attn_bw_config_fits(const attn_bw_config *c, int head_dim, int tile_m, int tile_n)
@@ -151,7 +140,7 @@ static stof_attn_choice sm90_choice(const attn_problem *p, const attn_device *de
     return ch;
 }
 
-static stof_attn_choice rowwise_choice(const attn_problem *p, double rho, double bound)
+static stof_attn_choice rowwise_choice(const attn_problem *p, double advantage)
 {
     stof_attn_choice ch;
     memset(&ch, 0, sizeof ch);
@@ -160,17 +149,16 @@ static stof_attn_choice rowwise_choice(const attn_problem *p, double rho, double
     ch.block_m = ATTN_ROWWISE_WARPS; /* one query row per warp */
     ch.block_n = p->tile_n;
     ch.warps = ATTN_ROWWISE_WARPS;
-    ch.score = rho > 0 ? bound / rho : INFINITY;
+    ch.score = advantage;
     return ch;
 }
 
 stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn_kernel forced,
                         stof_attn_choice *out)
 {
-    double rho = attn_density16(p);
-    double bound = attn_rowwise_bound(p->lq, p->lk);
+    const double advantage = attn_rowwise_advantage(p);
     if (forced == STOF_ATTN_ROWWISE) {
-        *out = rowwise_choice(p, rho, bound);
+        *out = rowwise_choice(p, advantage);
         return STOF_OK;
     }
     int best = -1, fitting = 0;
@@ -218,8 +206,8 @@ stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn
                      "%dx%d (it serves tiles 64x64 and 128x64 at head dims 32, 64 and 128; "
                      "compile the mask with tile_m 64 or 128 and tile_n 64)",
                      p->head_dim, p->tile_m, p->tile_n);
-    } else if (best < 0 || rho < bound) {
-        *out = rowwise_choice(p, rho, bound);
+    } else if (best < 0 || advantage > 1.0) {
+        *out = rowwise_choice(p, advantage);
         return STOF_OK;
     }
     if (forced == STOF_ATTN_AUTO && attn_sm90_usable(dev, p->head_dim, p->tile_m, p->tile_n) &&

@@ -1,21 +1,31 @@
 /*
- * select.h — the analytical kernel selector (STOF's model, with consistent
- * units). Pure functions over plain numbers: nothing here touches a device or
- * synchronises, so every decision is unit-testable on the CPU.
+ * select.h — the analytical kernel selector: a measured cost model between
+ * the row-wise and block-wise kernels, then STOF's occupancy model (with
+ * consistent units) among block-wise configurations. Pure functions over plain numbers: nothing
+ * here touches a device or synchronises, so every decision is unit-testable on the CPU.
  *
- * 1. Row-wise or block-wise. With n_q = ceil(Lq / 16), n_k = ceil(Lk / 16) and
- *    load16 the number of 16 x 16 tiles the block-wise kernel would load for one
- *    mask instance,
- *        load16 = tiles_per_row * n_trow * (tile_m * tile_n / 256)
- *        rho    = min(1, load16 / (n_q * n_k))         (density in 16 x 16 units;
- *                 a tile reaching past the matrix loads zero-fill there, not memory)
- *        n      = sqrt(n_q * n_k)                      (n = ceil(L / 16) when Lq == Lk)
- *        row-wise  when  rho < tau / (log2 n)^2,  tau = 1.1,  else block-wise.
- *    n <= 2 (L <= 32) always goes row-wise (log2 n <= 1 makes the bound >= 1.1).
- *    tiles_per_row comes from mask_estimate (an upper bound known at compile
- *    time), never from exact device statistics. STOF's public artifact counted
- *    64 x 64 tiles and divided by a 16 x 16 tile count; here both sides are in
- *    16 x 16 units.
+ * 1. Row-wise or block-wise: whichever costs less device time per row block
+ *    (tile_m query rows), by a cost model measured on an H200:
+ *        rows   = min(Lq, tile_m)                     query rows a row block holds
+ *        keys   = min(Lk, tiles_per_row * tile_n)     keys a row may see (at most)
+ *        t_row  = ceil(rows / 4) * C_RCTA + rows * keys * C_PAIR
+ *                 (row-wise: a CTA per 4 rows, every visible pair scored alone)
+ *        t_blk  = C_CTA + tiles_per_row * C_TILE
+ *                 (block-wise: a CTA per row block, tensor-core tiles)
+ *        row-wise  when  t_row < t_blk,  else block-wise,
+ *    with C_RCTA = 2.6, C_PAIR = 0.084, C_CTA = 7.5 and C_TILE = 2.5 ns of
+ *    device time at head dim 64 (bench/results/attention-rowwise-2026-11-22-
+ *    h200.txt; head dim 32 decides alike). In effect row-wise serves
+ *    sequences of a handful of queries (Lq <= 7 when rows see every key): at
+ *    L = 1 it takes 13 us where block-wise takes 28 (B = 256, H = 12); from
+ *    L = 8 on block-wise wins, 1.3x at L = 8, 12x at L = 32, and on the
+ *    sparsest long masks alike (one visible key per row at L = 4096: 0.032
+ *    against 0.238 ms). Tile shapes or head dims no block-wise configuration
+ *    serves go row-wise whatever the cost.
+ *    STOF's rule (row-wise when the density in 16 x 16 tiles is below
+ *    tau / (log2 n)^2, n = L / 16, tau = 1.1) sent exactly the sparsest long
+ *    masks to row-wise, 7-40x slower on this hardware (one 64 x 64 tile per
+ *    row at L = 4096: 1.17 against 0.031 ms), and is not used.
  *
  * 2. Among the instantiated block-wise configurations that can serve the mask's
  *    tile shape (block_n == tile_n and block_m = 16 or 32 rows per warp, dividing tile_m),
@@ -77,8 +87,7 @@
  *    The score stays the block-wise figure of 2. (the model is calibrated for
  *    mma.sync; here it only separates block-wise from row-wise).
  *
- * A row-wise choice reports score = (tau / (log2 n)^2) / rho (> 1: below the
- * bound; +inf for an empty mask).
+ * A row-wise choice reports score = t_blk / t_row (> 1: row-wise is the cheaper).
  */
 #ifndef STOF_ATTN_SELECT_H
 #define STOF_ATTN_SELECT_H
@@ -92,7 +101,11 @@
 extern "C" {
 #endif
 
-#define ATTN_TAU 1.1
+/* Rule 1's costs, ns of device time (H200, head dim 64). */
+#define ATTN_C_RCTA 2.6
+#define ATTN_C_PAIR 0.084
+#define ATTN_C_CTA 7.5
+#define ATTN_C_TILE 2.5
 #define ATTN_R_WARP 256.0
 #define ATTN_R_SM 2048.0
 #define ATTN_R_L2 24.0
@@ -141,9 +154,9 @@ extern const attn_bw_config attn_bw_configs[ATTN_BW_NCONFIGS];
 /* Head dims the GPU kernels are instantiated for. */
 int attn_head_dim_supported(int head_dim);
 
-double attn_density16(const attn_problem *p);
-/* tau / (log2 n)^2 with n = sqrt(n_q n_k); +inf when n <= 1. */
-double attn_rowwise_bound(int lq, int lk);
+/* Rule 1: t_blk / t_row for one row block (> 1: row-wise is the cheaper);
+ * +inf when the problem has no rows or tiles to cost (row-wise serves those). */
+double attn_rowwise_advantage(const attn_problem *p);
 
 /* Can configuration c serve masks of tile_m x tile_n tiles at this head dim? */
 int attn_bw_config_fits(const attn_bw_config *c, int head_dim, int tile_m, int tile_n);
