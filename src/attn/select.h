@@ -24,8 +24,9 @@
  *    serves go row-wise whatever the cost.
  *    STOF's rule (row-wise when the density in 16 x 16 tiles is below
  *    tau / (log2 n)^2, n = L / 16, tau = 1.1) sent exactly the sparsest long
- *    masks to row-wise, 7-40x slower on this hardware (one 64 x 64 tile per
- *    row at L = 4096: 1.17 against 0.031 ms), and is not used.
+ *    masks to row-wise, 7-38x slower on this hardware (one 64 x 64 tile per
+ *    row at L = 4096: 1.17 against 0.031 ms), and sequences of 8 to 32
+ *    queries, up to 12x slower; it is not used.
  *
  * 2. Among the instantiated block-wise configurations that can serve the mask's
  *    tile shape (block_n == tile_n and block_m = 16 or 32 rows per warp, dividing tile_m),
