@@ -470,12 +470,13 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     if (row0 >= s.store_rows) return;
     /* Q goes first when its rows are known to be wanted, so that its trip to
      * memory overlaps the dependent reads of the tile list and of the first
-     * K tile: with one length for the whole batch (bm == 1) a row block
-     * past it is rare (a lone sequence shorter than its padding), and Q comes in up to the end of the sequence's storage
-     * (rows past len_q, whatever they hold, store_output writes as zeros
-     * without reading their sums; rows past the storage, zeros). With
-     * per-batch lengths, whole row blocks of padding are common and Q waits
-     * for the lengths, which say whether it is needed at all. */
+     * K tile: with one length for the whole batch (bm == 1) a row block past
+     * it is rare (a lone sequence shorter than its padding), and Q comes in
+     * up to the end of the sequence's storage (rows past len_q, whatever
+     * they hold, store_output writes as zeros without reading their sums;
+     * rows past the storage, zeros). With per-batch lengths, whole row
+     * blocks of padding are common and Q waits for the lengths, which say
+     * whether it is needed at all. */
     const bool q_early = t->bm == 1;
     if (q_early) {
         load_rows<D, BM, THREADS>(sq, s.q, a.q_sl, row0, s.store_rows);

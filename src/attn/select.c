@@ -1,8 +1,8 @@
 /*
  * select.c — the analytical selector of select.h: row-wise vs block-wise by
- * a measured cost per row block, then the block-wise configuration by an occupancy and
- * bandwidth estimate, and the Hopper wgmma kernel where it can run. The
- * formulas and rules are written out in select.h.
+ * a measured cost per row block, then the block-wise configuration by an
+ * occupancy and bandwidth estimate, and the Hopper wgmma kernel where it can
+ * run. The formulas and rules are written out in select.h.
  */
 #include "attn/select.h"
 
