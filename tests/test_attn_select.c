@@ -133,6 +133,18 @@ static void test_blockwise_choices(void)
     CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && ch.warps == 8, "D128: warps %d", ch.warps);
 }
 
+static void check_choice(const char *what, attn_problem p, attn_device d, stof_attn_kernel kernel,
+                         int warps, int block_m)
+{
+    stof_attn_choice ch;
+    memset(&ch, 0, sizeof ch);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == kernel &&
+              (warps == 0 || (ch.warps == warps && ch.block_m == block_m && ch.block_n == 64)),
+          "%s: kernel %d warps %d block %dx%d (want kernel %d, %d warps, block_m %d)", what,
+          ch.kernel, ch.warps, ch.block_m, ch.block_n, kernel, warps, block_m);
+}
+
 static void test_rowwise_choices(void)
 {
     attn_device d = h100();
@@ -142,32 +154,22 @@ static void test_rowwise_choices(void)
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
     CHECK(ch.kernel == STOF_ATTN_ROWWISE && ch.score > 1.0, "L=7: kernel %d score %g", ch.kernel,
           ch.score);
-    p = problem(256, 12, 8, 64, 64, 64, 1.0);
-    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "L=8: kernel %d", ch.kernel);
-    p = problem(1, 1, 1, 32, 64, 64, 1.0);
-    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_ROWWISE, "L=1 D=32: kernel %d", ch.kernel);
+    check_choice("L=8", problem(256, 12, 8, 64, 64, 64, 1.0), d, STOF_ATTN_BLOCKWISE, 0, 0);
+    check_choice("L=1 D=32", problem(1, 1, 1, 32, 64, 64, 1.0), d, STOF_ATTN_ROWWISE, 0, 0);
     /* The sparsest long rows stay block-wise: one tile per row at L = 4096 and 16384
      * (STOF's density bound sent these row-wise). */
-    p = problem(4, 12, 4096, 64, 64, 64, 1.0);
-    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "one tile a row: kernel %d", ch.kernel);
-    p = problem(1, 12, 16384, 64, 64, 64, 1.0);
-    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "L=16384: kernel %d", ch.kernel);
+    check_choice("one tile a row", problem(4, 12, 4096, 64, 64, 64, 1.0), d, STOF_ATTN_BLOCKWISE, 0,
+                 0);
+    check_choice("L=16384", problem(1, 12, 16384, 64, 64, 64, 1.0), d, STOF_ATTN_BLOCKWISE, 0, 0);
     /* Short sequences of 32 queries, dense: block-wise (12x faster measured at B = 256). */
-    p = problem(256, 12, 32, 64, 64, 64, 1.0);
-    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "L=32: kernel %d", ch.kernel);
+    check_choice("L=32", problem(256, 12, 32, 64, 64, 64, 1.0), d, STOF_ATTN_BLOCKWISE, 0, 0);
     /* Tile shapes without a block-wise configuration go row-wise under AUTO, however
      * dense. */
     p = problem(2, 12, 4096, 64, 16, 16, 3.0);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
     CHECK(ch.kernel == STOF_ATTN_ROWWISE && ch.block_n == 16, "sparse 16x16: kernel %d", ch.kernel);
-    p = problem(4, 16, 4096, 64, 32, 32, 128.0);
-    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_ROWWISE, "32x32 dense: kernel %d", ch.kernel);
+    check_choice("32x32 dense", problem(4, 16, 4096, 64, 32, 32, 128.0), d, STOF_ATTN_ROWWISE, 0,
+                 0);
 }
 
 static void test_forced_and_extremes(void)
@@ -224,18 +226,6 @@ static attn_device h100_sm90(void)
 }
 
 /* AUTO picks kernel, and (warps > 0) that configuration. */
-static void check_choice(const char *what, attn_problem p, attn_device d, stof_attn_kernel kernel,
-                         int warps, int block_m)
-{
-    stof_attn_choice ch;
-    memset(&ch, 0, sizeof ch);
-    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == kernel &&
-              (warps == 0 || (ch.warps == warps && ch.block_m == block_m && ch.block_n == 64)),
-          "%s: kernel %d warps %d block %dx%d (want kernel %d, %d warps, block_m %d)", what,
-          ch.kernel, ch.warps, ch.block_m, ch.block_n, kernel, warps, block_m);
-}
-
 static void test_sm90_rule(void)
 {
     /* Configurations: 4 warps / 64 rows on 64x64 and 128x64 tiles, 8 warps / 128 rows on
