@@ -53,7 +53,8 @@
  *
  * Measured on an H200 and left out (each variant against this kernel on the
  * same GPU in the same run: bench_attention, and for the persistent CTAs, the
- * exponentials on the FMA pipe and the balanced folds compare_attention.py,
+ * exponentials on the FMA pipe, the balanced folds and the head pairs
+ * compare_attention.py,
  * bench/results/attention-experiments-2026-11-22-h200.txt):
  *  - Keeping the softmax ahead of the second wait. ptxas hoists
  *    wgmma.wait_group to the top of its basic block, so the wait has to sit
@@ -94,6 +95,18 @@
  *    stof run, BERT-base (1, 128), 0.436 against 0.436-0.437 ms; (4, 4096)
  *    Longformer mask, 7.21-7.24 against 7.22 ms. After a cuBLASLt GEMM the
  *    window before the wait is too short to matter.
+ *  - FlashAttention-3's structure for the two-warpgroup CTA: a ring of four
+ *    K and V buffers with landed and released mbarriers instead of the
+ *    per-tile barrier, and the ping-pong (each warpgroup issues its products
+ *    only after the other has issued its own): 8-16% slower than this
+ *    kernel's two-warpgroup form (dense 4096: 0.80 against 0.69 ms), about
+ *    as slow without the ping-pong (0.79). Alternating the warpgroups
+ *    between the tensor and MUFU pipes does not raise their overlap at head
+ *    dim 64.
+ *  - Two heads a CTA one after the other (shared tile list, the second
+ *    head's Q and first tiles loaded under the first head's): 1-27% slower
+ *    (68% on Longformer 4096, whose global rows then pair up); half the CTAs
+ *    balance worse over the SMs than the chaining saves.
  */
 #include "attn/attn.h"
 #include "attn/bits.h"
