@@ -9,27 +9,33 @@
  * One CTA per (64 or 128 query rows, head, batch entry): WG = 1 or 2 consumer
  * warpgroups of 128 threads, each owning 64 query rows, sharing every K/V
  * tile. Per warpgroup and listed tile:
- *   S = Q K^T   wgmma.mma_async m64n64k16, Q and K read from shared memory
- *               through matrix descriptors (both K-major);
+ *   S = Q K^T   wgmma.mma_async m64n64k16, Q from registers (the warp's
+ *               16 rows, loaded once from shared memory by ldmatrix), K from
+ *               shared memory through a K-major matrix descriptor;
  *   softmax     on the accumulator fragments, which per warp have the layout
  *               of mma.sync m16n8 C blocks (warp w owns rows 16w..16w+15);
  *   O += P V    wgmma m64n{D}k16 with P as the register A operand (two
  *               adjacent n8 score blocks make one k16 A fragment) and V read
- *               from shared memory as an MN-major (transposed) B operand.
+ *               from shared memory as an MN-major (transposed) B operand;
+ *               at head dim 64, m64n72k16: the descriptor's second column
+ *               block (LBO bytes on) is the warpgroup's Q tile, which holds
+ *               ones once Q is in registers, so that O's columns 64-71 are
+ *               the running row sums of P. Those take no FADD per score,
+ *               follow O's rescale for free, and sum P as rounded for the
+ *               product.
  * Q, K and V tiles sit in shared memory in the canonical 128-byte-swizzle
  * layout: column blocks of 64 elements (128 bytes per row), rows 128 bytes
  * apart, 16-byte chunk c of row r stored at chunk c ^ (r % 8), every tile base
  * 1024-byte aligned. K and V tiles arrive by the bulk tensor copy engine (TMA:
  * one thread issues a 64 x 64 box per column block, which the engine swizzles
  * and completes on the buffer's mbarrier), so the 128 threads of a warpgroup
- * spend no instructions on addresses; Q, loaded once, is cp.async (each thread
- * fences its writes into the async proxy before the barrier that publishes
- * them to wgmma). The tensor maps (host, per call) cover the whole k and v
- * tensors, so the last tile of a sequence may bring rows past its keys (the
- * next sequence's, or a padded batch's padding, NaN as likely as not): they
- * are masked out of S, and zeroed in V before P V, since P = 0 times NaN is
- * still NaN. Under a split mask (attn.h) a box spans 64 * split rows and the
- * engine takes every split-th, so a residue class's tile arrives as one.
+ * spend no instructions on addresses; Q, loaded once, is cp.async. The
+ * tensor maps (host, per call) cover the whole k and v tensors, so the last
+ * tile of a sequence may bring rows past its keys (the next sequence's, or a
+ * padded batch's padding, NaN as likely as not): they are masked out of S,
+ * and zeroed in V before P V, since P = 0 times NaN is still NaN. Under a
+ * split mask (attn.h) a box spans 64 * split rows and the engine takes every
+ * split-th, so a residue class's tile arrives as one.
  *
  * At head dim 64 a tile needs about as many MUFU cycles (64 x 64
  * exponentials, 16 a cycle a SM) as tensor cycles, so the kernel runs at the
@@ -39,8 +45,10 @@
  * samples sit on the exponentials (the experiments file named below).
  * Instruction count is what bounds each warp, hence:
  * the softmax scale folded into the exponent's FFMA, the O rescale skipped by
- * a warp whose row maxima did not move, descriptors built once, and the tile
- * list read one iteration ahead.
+ * a warp whose row maxima did not move, the row sums on the tensor pipe (head
+ * dim 64: dense 4096 3% faster, varlen 4096 3%), descriptors built once, and
+ * the tile list read one iteration ahead. Q in registers halves the
+ * shared-memory reads of S = Q K^T (1-2% where rows are long).
  *
  * The order of work inside an iteration follows FlashAttention-3's
  * intra-warpgroup overlap: iteration i issues S_i = Q K_i^T and then
@@ -107,6 +115,11 @@
  *    head's Q and first tiles loaded under the first head's): 1-27% slower
  *    (68% on Longformer 4096, whose global rows then pair up); half the CTAs
  *    balance worse over the SMs than the chaining saves.
+ *  - Five CTAs a SM at head dim 64 (launch bounds forcing 94 registers;
+ *    spills in the main loop): 1.8 times slower.
+ *  - Each CTA bringing into L2 the Q rows of the CTA one device-full of
+ *    CTAs later in launch order, so that Q's trip to memory leaves the
+ *    prologue: 1-4% slower on the short-row masks, no gain elsewhere.
  */
 #include "attn/attn.h"
 #include "attn/bits.h"
@@ -130,6 +143,12 @@ static __device__ __forceinline__ void fence_proxy_async(void)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/* At head dim 64 the row sums of P come out of P V as a 65th to 72nd column
+ * of O (V extended by a block of ones), which O's accumulator registers
+ * carry; at 128 the softmax adds them up. */
+#define SM90_ONES_D(D) ((D) == 64)
+#define SM90_OREGS(D) ((D) / 2 + (SM90_ONES_D(D) ? 4 : 0))
+
 /* Named barrier over the 128 threads of one warpgroup (id 0 is __syncthreads);
  * immediate ids, so that the CTA reserves three barriers, not sixteen. */
 static __device__ __forceinline__ void warpgroup_sync(int wg)
@@ -148,35 +167,27 @@ static __device__ __forceinline__ void warpgroup_sync(int wg)
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "             \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define SM90_ACC36                                                                                 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
+    "%32, %33, %34, %35}"
 #define SM90_OUT32(d) SM90_OUT8(d, 0), SM90_OUT8(d, 8), SM90_OUT8(d, 16), SM90_OUT8(d, 24)
 #define SM90_OUT64(d)                                                                              \
     SM90_OUT32(d), SM90_OUT8(d, 32), SM90_OUT8(d, 40), SM90_OUT8(d, 48), SM90_OUT8(d, 56)
 
-/* d (+)= A B for m64n64k16, A and B K-major in shared memory (descriptors);
- * accumulate = 0 overwrites d. */
-#define SM90_SS_N64(T)                                                                             \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                      \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " " SM90_ACC32              \
-                 ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                 \
-                 : SM90_OUT32(d)                                                                   \
-                 : "l"(da), "l"(db), "r"(accumulate))
-template <int BF16>
-static __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db,
-                                                    int accumulate)
-{
-    if (BF16)
-        SM90_SS_N64("bf16");
-    else
-        SM90_SS_N64("f16");
-}
-
 /* d += A B for m64n{64,128}k16, A from registers (the mma.sync A fragment of
  * the warp's 16 rows), B MN-major in shared memory (transpose flag 1). */
-#define SM90_RS_N64(T)                                                                             \
+#define SM90_RS_N64(T, TB, ACC)                                                                    \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                      \
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " " SM90_ACC32              \
-                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                   \
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, " TB ";\n}\n"                              \
                  : SM90_OUT32(d)                                                                   \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(ACC))
+#define SM90_RS_N72(T)                                                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"                                      \
+                 "wgmma.mma_async.sync.aligned.m64n72k16.f32." T "." T " " SM90_ACC36              \
+                 ", {%36, %37, %38, %39}, %40, p, 1, 1, 1;\n}\n"                                   \
+                 : SM90_OUT32(d), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])               \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
 #define SM90_RS_N128(T)                                                                            \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                      \
@@ -185,14 +196,19 @@ static __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da,
                  : SM90_OUT64(d)                                                                   \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
 template <int D, int BF16>
-static __device__ __forceinline__ void wgmma_rs(float (&d)[D / 2], const uint32_t (&a)[4],
+static __device__ __forceinline__ void wgmma_rs(float (&d)[SM90_OREGS(D)], const uint32_t (&a)[4],
                                                 uint64_t db)
 {
-    if constexpr (D == 64) {
+    if constexpr (SM90_ONES_D(D)) {
         if (BF16)
-            SM90_RS_N64("bf16");
+            SM90_RS_N72("bf16");
         else
-            SM90_RS_N64("f16");
+            SM90_RS_N72("f16");
+    } else if constexpr (D == 64) {
+        if (BF16)
+            SM90_RS_N64("bf16", "1", 1);
+        else
+            SM90_RS_N64("f16", "1", 1);
     } else {
         static_assert(D == 128, "head dims 64 and 128");
         if (BF16)
@@ -200,6 +216,18 @@ static __device__ __forceinline__ void wgmma_rs(float (&d)[D / 2], const uint32_
         else
             SM90_RS_N128("f16");
     }
+}
+
+/* d (+)= A B for m64n64k16, A from registers (Q), B K-major in shared
+ * memory (a K tile); accumulate = 0 overwrites d. */
+template <int BF16>
+static __device__ __forceinline__ void wgmma_rs_kmajor_n64(float (&d)[32], const uint32_t (&a)[4],
+                                                           uint64_t db, int accumulate)
+{
+    if (BF16)
+        SM90_RS_N64("bf16", "0", accumulate);
+    else
+        SM90_RS_N64("f16", "0", accumulate);
 }
 
 /* ---------------------------------------------------------------- tiles */
@@ -265,16 +293,20 @@ static __device__ __forceinline__ uint64_t opaque(uint64_t x)
     return x;
 }
 
-/* S = Q K^T for one warpgroup: D / 16 k-steps; a step moves 32 bytes along a
- * 128-byte row, four steps cross into the next column block. q and k: the
- * K-major descriptors of the Q tile and the K tile. */
+/* S = Q K^T for one warpgroup: D / 16 k-steps, Q from registers (qf[ks]:
+ * the A fragment of k-step ks, loaded once from the Q tile), K read through
+ * its K-major descriptor k; a step moves 32 bytes along a 128-byte row, four
+ * steps cross into the next column block. Q in registers halves the
+ * shared-memory reads of the product (A is otherwise read again by every
+ * k16 step of every tile). */
 template <int D, int BF16>
-static __device__ __forceinline__ void issue_scores(float (&s)[32], uint64_t q, uint64_t k)
+static __device__ __forceinline__ void issue_scores(float (&s)[32], const uint32_t (&qf)[D / 16][4],
+                                                    uint64_t k)
 {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++) {
         const uint32_t off = (uint32_t)((ks >> 2) * SM90_BLOCK_BYTES + (ks & 3) * 32);
-        wgmma_ss_n64<BF16>(s, desc_at(q, off), desc_at(k, off), ks > 0);
+        wgmma_rs_kmajor_n64<BF16>(s, qf[ks], desc_at(k, off), ks > 0);
     }
 }
 
@@ -282,8 +314,8 @@ static __device__ __forceinline__ void issue_scores(float (&s)[32], uint64_t q, 
  * (2048 bytes) down every column block of V. v: the MN-major descriptor of
  * the V tile. */
 template <int D, int BF16>
-static __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&p)[4][4],
-                                                uint64_t v)
+static __device__ __forceinline__ void issue_pv(float (&o)[SM90_OREGS(D)],
+                                                const uint32_t (&p)[4][4], uint64_t v)
 {
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
@@ -354,12 +386,13 @@ static __device__ __forceinline__ void pack_p(uint32_t (&p)[4][4], const float (
 
 /* ---------------------------------------------------------------- output */
 
-/* Normalise the warp's 16 rows, stage them in its own rows of the
- * warpgroup's Q tile (same swizzle: conflict-free), write 16-byte chunks.
- * row_w: first of the warp's rows in the sequence; r_w: in the tile. */
+/* Normalise the warp's 16 rows (l: the complete sums of the thread's rows g
+ * and g+8), stage them in its own rows of the warpgroup's Q tile (same
+ * swizzle: conflict-free), write 16-byte chunks. row_w: first of the warp's
+ * rows in the sequence; r_w: in the tile. */
 template <int D, int BF16>
 static __device__ __forceinline__ void
-store_output(const float (&o)[D / 2], const float (&l)[2], uint32_t tile, const attn_seq *s,
+store_output(const float (&o)[SM90_OREGS(D)], const float (&l)[2], uint32_t tile, const attn_seq *s,
              const attn_launch *a, int row_w, int r_w, int lane)
 {
     const int CH = D / 8;
@@ -368,7 +401,7 @@ store_output(const float (&o)[D / 2], const float (&l)[2], uint32_t tile, const 
     bool live[2]; /* rows past len_q: zeros, selected (their Q may be anything, o NaN) */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const float sum = quad_sum(l[r]);
+        const float sum = l[r];
         live[r] = row_w + g + 8 * r < s->len_q;
         inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
     }
@@ -441,11 +474,11 @@ static __device__ __forceinline__ void scores_to_p(float (&s)[32], bool masked,
 /* O *= alpha, skipped by a warp whose rows all kept their maxima (alpha == 1
  * exactly): after the first few tiles of a long row that is most tiles. */
 template <int D>
-static __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2])
+static __device__ __forceinline__ void rescale_o(float (&o)[SM90_OREGS(D)], const float (&alpha)[2])
 {
     if (__any_sync(ATTN_FULL_WARP, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-        for (int d = 0; d < D / 2; d++)
+        for (int d = 0; d < SM90_OREGS(D); d++)
             o[d] *= alpha[(d >> 1) & 1];
     }
 }
@@ -466,11 +499,11 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     /* The slack of attn_sm90_smem_bytes lets the base round up to 1024 bytes. */
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-    const uint32_t sq = base;            /* [WG] 64-row Q tiles */
-    const uint32_t sk = sq + WG * TILE;  /* [2] K tiles */
-    const uint32_t sv = sk + 2 * TILE;   /* [2] V tiles */
-    const uint32_t kbar = sv + 2 * TILE; /* [2] mbarriers: K buffer landed */
-    const uint32_t vbar = kbar + 16;     /* [2] mbarriers: V buffer landed */
+    const uint32_t sk = base;             /* [2] K tiles */
+    const uint32_t sv = sk + 2 * TILE;    /* [2] V tiles */
+    const uint32_t sq = sv + 2 * TILE;    /* [WG] 64-row Q tiles (after V: see v_desc_of) */
+    const uint32_t kbar = sq + WG * TILE; /* [2] mbarriers: K buffer landed */
+    const uint32_t vbar = kbar + 16;      /* [2] mbarriers: V buffer landed */
 
     const mask_tiles *t = &a.tiles;
     int h, b, x;
@@ -513,11 +546,18 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     const int shift = 2 * (lane & 3);
     const bool negate = a.scale_log2 < 0.0f;
     const float scale = fabsf(a.scale_log2);
-    /* Descriptors of the Q tile and of K and V buffer 0; buffer 1 lies TILE
+    /* Descriptors of K and V buffer 0; buffer 1 lies TILE
      * bytes further. */
-    const uint64_t q_desc = opaque(sw128_desc(q_tile, 16, 1024));
     const uint64_t k_desc = opaque(sw128_desc(sk, 16, 1024));
     const uint64_t v_desc = opaque(sw128_desc(sv, SM90_BLOCK_BYTES, 1024));
+    const uint64_t v_desc0 = opaque(sw128_desc(sv, q_tile - sv, 1024));
+    const uint64_t v_desc1 = opaque(sw128_desc(sv + TILE, q_tile - sv - TILE, 1024));
+    auto v_desc_of = [&](int j) {
+        if constexpr (SM90_ONES_D(D))
+            return (j & 1) ? v_desc1 : v_desc0;
+        else
+            return desc_at(v_desc, (j & 1) * TILE);
+    };
 
     /* One thread moves every K and V tile: a 64 x 64 box per column block,
      * 128-byte swizzled by the copy engine, completing on the buffer's
@@ -529,8 +569,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         mbar_arrive_expect_tx(bar, TILE);
 #pragma unroll
         for (int cb = 0; cb < D / 64; cb++)
-            tma_load_4d(dst + cb * SM90_BLOCK_BYTES, map, bar, cb * 64, kv_y + key0 * a.split,
-                        kv_h, kv_w);
+            tma_load_4d(dst + cb * SM90_BLOCK_BYTES, map, bar, cb * 64, kv_y + key0 * a.split, kv_h,
+                        kv_w);
     };
     /* Waits for V_j (first key key0) and zeroes its rows past the keys; the
      * caller's barrier then publishes them to every warpgroup. */
@@ -542,12 +582,12 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         }
     };
 
-    float o[D / 2], sc[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[SM90_OREGS(D)], sc[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float alpha[2], sum[2];
     uint32_t p[4][4];
     uint64_t w[2];
 #pragma unroll
-    for (int i = 0; i < D / 2; i++)
+    for (int i = 0; i < SM90_OREGS(D); i++)
         o[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; i++)
@@ -579,9 +619,26 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     int bits_next = n > 1 ? t->bits[e0 + 1] : -1;
     int col_after = n > 2 ? t->col[e0 + 2] : 0;
     int key0_prev = col * SM90_BLOCK_N;
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++)
+        ldsm_x4(qf[ks], q_tile + sw128_offset(warp * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+    if constexpr (SM90_ONES_D(D)) {
+        /* The Q tile becomes the ones tile of the row sums: each warp
+         * overwrites the 16 rows (2 KB) it alone read. */
+        __syncwarp();
+        const uint32_t one2 = BF16 ? 0x3f803f80u : 0x3c003c00u;
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+            asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(q_tile + warp * 2048 +
+                                                                            (lane + c * 32) * 16),
+                         "r"(one2)
+                         : "memory");
+        fence_proxy_async(); /* published to wgmma by the barrier before the first P V */
+    }
     mbar_wait(kbar, 0);
     wgmma_fence();
-    issue_scores<D, BF16>(sc, q_desc, k_desc);
+    issue_scores<D, BF16>(sc, qf, k_desc);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(sc);
@@ -616,9 +673,9 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         if (masked) tile_words(t, bits, tile_row, key0, s.len_k, w);
 
         wgmma_fence();
-        issue_scores<D, BF16>(sc, q_desc, desc_at(k_desc, (i & 1) * TILE));
+        issue_scores<D, BF16>(sc, qf, desc_at(k_desc, (i & 1) * TILE));
         wgmma_commit();
-        issue_pv<D, BF16>(o, p, desc_at(v_desc, ((i - 1) & 1) * TILE));
+        issue_pv<D, BF16>(o, p, v_desc_of(i - 1));
         wgmma_commit();
         wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
         reg_fence(sc);
@@ -636,13 +693,19 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     v_landed(n - 1, key0_prev);
     __syncthreads();
     wgmma_fence();
-    issue_pv<D, BF16>(o, p, desc_at(v_desc, ((n - 1) & 1) * TILE));
+    issue_pv<D, BF16>(o, p, v_desc_of(n - 1));
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(o);
-    fence_proxy_async();
-    warpgroup_sync(wg); /* no wgmma of this warpgroup reads its Q tile any more */
-    store_output<D, BF16>(o, l, q_tile, &s, &a, row0 + wg * SM90_SUB_ROWS + warp * 16, warp * 16,
+    if constexpr (SM90_ONES_D(D)) {
+        fence_proxy_async();
+        warpgroup_sync(wg); /* no wgmma of this warpgroup reads its Q tile any more */
+    }
+    float lsum[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        lsum[r] = SM90_ONES_D(D) ? o[SM90_OREGS(D) - 4 + 2 * r] : quad_sum(l[r]);
+    store_output<D, BF16>(o, lsum, q_tile, &s, &a, row0 + wg * SM90_SUB_ROWS + warp * 16, warp * 16,
                           lane);
 }
 
