@@ -119,7 +119,7 @@
  *    spills in the main loop): 1.8 times slower.
  *  - Each CTA bringing into L2 the Q rows of the CTA one device-full of
  *    CTAs later in launch order, so that Q's trip to memory leaves the
- *    prologue: 1-4% slower on the short-row masks, no gain elsewhere.
+ *    prologue: 2-5% slower on the short-row masks, no gain elsewhere.
  */
 #include "attn/attn.h"
 #include "attn/bits.h"
