@@ -260,6 +260,12 @@ static __device__ __forceinline__ void load_rows(uint32_t dst, const uint16_t *s
     }
 }
 
+/* Four copies of the 32-bit word x into the 16 shared-memory bytes at addr. */
+static __device__ __forceinline__ void st_shared_fill16(uint32_t addr, uint32_t x)
+{
+    asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(x) : "memory");
+}
+
 /* Rows [first, 64) of a V tile to zeros (every column block; a row is 128
  * contiguous bytes of each, whatever the swizzle): the rows of the last tile
  * of a sequence that lie past its keys hold whatever follows in memory, and
@@ -271,7 +277,7 @@ static __device__ __forceinline__ void zero_tail_rows(uint32_t tile, int first)
     for (int idx = threadIdx.x; idx < (D / 64) * per_block; idx += THREADS) {
         const int cb = idx / per_block, c = idx % per_block;
         const uint32_t addr = tile + cb * SM90_BLOCK_BYTES + first * 128 + c * 16;
-        asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+        st_shared_fill16(addr, 0u);
     }
 }
 
@@ -341,9 +347,10 @@ static __device__ __forceinline__ void mask_scores(float (&s)[32], uint64_t w_lo
  * running raw maximum of rows g and g+8. s becomes the unnormalised
  * probabilities exp2(s * scale - m * scale) (one FFMA and one MUFU each), alpha
  * the factor that carries the old O and sums over (exactly 1 when the maximum
- * did not move), sum this tile's (per-thread partial) row sums. A row that has
- * seen nothing visible keeps m = -inf and exponentiates against 0, so it stays
- * exactly 0. */
+ * did not move), sum this tile's (per-thread partial) row sums when SUMS (the
+ * kernel does not need them where P V yields them). A row that has seen nothing
+ * visible keeps m = -inf and exponentiates against 0, so it stays exactly 0. */
+template <bool SUMS>
 static __device__ __forceinline__ void softmax_tile(float (&s)[32], float scale, float (&m)[2],
                                                     float (&alpha)[2], float (&sum)[2])
 {
@@ -366,7 +373,7 @@ static __device__ __forceinline__ void softmax_tile(float (&s)[32], float scale,
 #pragma unroll
     for (int i = 0; i < 32; i++) {
         s[i] = exp2_approx(fmaf(s[i], scale, -base[(i >> 1) & 1]));
-        sum[(i >> 1) & 1] += s[i];
+        if (SUMS) sum[(i >> 1) & 1] += s[i];
     }
 }
 
@@ -457,10 +464,10 @@ static __device__ __forceinline__ void tile_words(const mask_tiles *t, int bits,
 
 /* Sign, mask (partial tiles and tiles past the keys only) and the softmax.
  * A negative softmax scale flips the scores, so that the maxima stay maxima. */
-static __device__ __forceinline__ void scores_to_p(float (&s)[32], bool masked,
-                                                   const uint64_t (&w)[2], int shift, bool negate,
-                                                   float scale, float (&m)[2], float (&alpha)[2],
-                                                   float (&sum)[2])
+template <bool SUMS>
+static __device__ __forceinline__ void
+scores_to_p(float (&s)[32], bool masked, const uint64_t (&w)[2], int shift, bool negate,
+            float scale, float (&m)[2], float (&alpha)[2], float (&sum)[2])
 {
     if (negate) {
 #pragma unroll
@@ -468,7 +475,7 @@ static __device__ __forceinline__ void scores_to_p(float (&s)[32], bool masked,
             s[i] = -s[i];
     }
     if (masked) mask_scores(s, w[0] >> shift, w[1] >> shift);
-    softmax_tile(s, scale, m, alpha, sum);
+    softmax_tile<SUMS>(s, scale, m, alpha, sum);
 }
 
 /* O *= alpha, skipped by a warp whose rows all kept their maxima (alpha == 1
@@ -630,10 +637,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         const uint32_t one2 = BF16 ? 0x3f803f80u : 0x3c003c00u;
 #pragma unroll
         for (int c = 0; c < 4; c++)
-            asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(q_tile + warp * 2048 +
-                                                                            (lane + c * 32) * 16),
-                         "r"(one2)
-                         : "memory");
+            st_shared_fill16(q_tile + warp * 2048 + (lane + c * 32) * 16, one2);
         fence_proxy_async(); /* published to wgmma by the barrier before the first P V */
     }
     mbar_wait(kbar, 0);
@@ -642,9 +646,11 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(sc);
-    scores_to_p(sc, masked, w, shift, negate, scale, m, alpha, sum);
-    l[0] = sum[0];
-    l[1] = sum[1];
+    scores_to_p<!SM90_ONES_D(D)>(sc, masked, w, shift, negate, scale, m, alpha, sum);
+    if constexpr (!SM90_ONES_D(D)) {
+        l[0] = sum[0];
+        l[1] = sum[1];
+    }
     pack_p<BF16>(p, sc);
 
     for (int i = 1; i < n; i++) {
@@ -679,12 +685,14 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         wgmma_commit();
         wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
         reg_fence(sc);
-        scores_to_p(sc, masked, w, shift, negate, scale, m, alpha, sum);
+        scores_to_p<!SM90_ONES_D(D)>(sc, masked, w, shift, negate, scale, m, alpha, sum);
         wgmma_wait<0>();
         reg_fence(o);
         rescale_o<D>(o, alpha);
-        l[0] = l[0] * alpha[0] + sum[0];
-        l[1] = l[1] * alpha[1] + sum[1];
+        if constexpr (!SM90_ONES_D(D)) {
+            l[0] = l[0] * alpha[0] + sum[0];
+            l[1] = l[1] * alpha[1] + sum[1];
+        }
         pack_p<BF16>(p, sc);
         key0_prev = key0;
     }
