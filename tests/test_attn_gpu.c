@@ -102,6 +102,7 @@ typedef struct acase {
     int32_t lens_q[8], lens_k[8]; /* when has_lengths */
     float scale;                  /* 0: default */
     float amp;                    /* q and k drawn from [-amp, amp] */
+    float spike;                  /* > 0: a few key rows scaled by it (spike_keys) */
     stof_mask_builder builder;
     bool sm90_only; /* run AUTO and the sm_90 kernel only */
     int want_split; /* > 0: the residue split the mask must be stored with */
@@ -187,6 +188,32 @@ static void operand_make(const acase *c, operand *o, int L, const int32_t *cu, b
             o->t.stride[2] = (int64_t)c->H * row;
         }
     }
+}
+
+/* Key rows Lk / 2 + 1 and len - 3 of every (b, h) scaled by c->spike (where
+ * they are real tokens): the scores of those keys lie far past the row
+ * maxima of the tiles listed before them, or overflow fp32 exponentials taken
+ * against those maxima when the gain is large, so that a kernel carrying a
+ * row maximum over from earlier tiles must take those tiles again. */
+static void spike_keys(const acase *c, operand *k)
+{
+    for (int b = 0; b < c->B; b++) {
+        int len = seq_len(c, b, true);
+        const int keys[2] = {c->Lk / 2 + 1, len - 3};
+        for (int h = 0; h < c->H; h++) {
+            for (int e = 0; e < 2; e++) {
+                int j = keys[e];
+                if (j < 0 || j >= len || j >= stored_rows(c, k, b)) continue;
+                for (int d = 0; d < c->D; d++) {
+                    int64_t off = stored_offset(c, k, b, h, j, d);
+                    stof_store_f(k->host, c->dt, off, stof_load_f(k->host, c->dt, off) * c->spike);
+                    k->logical[(((int64_t)b * c->H + h) * k->L + j) * c->D + d] =
+                        stof_load_f(k->host, c->dt, off);
+                }
+            }
+        }
+    }
+    buf_put(k->dev, k->host, (size_t)k->elems * 2);
 }
 
 static void operand_free(operand *o)
@@ -436,6 +463,7 @@ static void run_case(acase *c, const char *tag)
     operand q, k, v, o;
     operand_make(c, &q, c->Lq, cu_q, false, amp, true);
     operand_make(c, &k, c->Lk, cu_k, true, amp, true);
+    if (c->spike > 0) spike_keys(c, &k);
     operand_make(c, &v, c->Lk, cu_k, true, 1.0f, true);
     operand_make(c, &o, c->Lq, cu_q, false, 0.0f, false);
     void *cuq_dev = buf_alloc(sizeof cu_q), *cuk_dev = buf_alloc(sizeof cu_k);
@@ -799,6 +827,25 @@ static void group_cross_and_scale(void)
     }
 }
 
+/* Scores that jump far past the row maxima of the tiles before them (gain
+ * 24: exponentials against the old maxima of 2^20 and more; gain 400: most
+ * of them overflow fp32), every kernel, fp16 and bf16, head dims 64 and 128,
+ * padded and packed, 64- and 128-row tiles. */
+static void group_spikes(void)
+{
+    const char *const specs[3] = {"full", "causal", "window:128,global:32"};
+    for (int it = 0; it < 12; it++) {
+        int D = it % 4 < 2 ? 64 : 128;
+        acase c =
+            base_case(2, 2, it % 3 == 2 ? 1000 : 500, D, it % 2 ? STOF_BF16 : STOF_F16, it % 3);
+        c.spec = parse(specs[it % 3]);
+        c.spike = it < 6 ? 24.0f : 400.0f;
+        c.tile_m = (it / 2) % 2 ? 128 : 64;
+        if (c.layout == LAYOUT_PACKED) set_lengths(&c, true);
+        run_and_free(&c, "spike ");
+    }
+}
+
 /* The Hopper kernel over what it serves: dense, causal, window, Longformer-like
  * (window + global), BigBird-like (random blocks), per-batch lengths in the
  * padded and the packed layout; L in {1, 17, 64, 128, 1000, 4097}; head dims
@@ -1048,6 +1095,7 @@ int main(void)
     group_per_batch_head();
     group_packed();
     group_cross_and_scale();
+    group_spikes();
     group_split(max_len);
     if (sm90_ok) group_sm90(max_len);
     printf("%d cases on the %s\n", cases_run, on_gpu ? "GPU" : "CPU");

@@ -13,7 +13,8 @@
  *               16 rows, loaded once from shared memory by ldmatrix), K from
  *               shared memory through a K-major matrix descriptor;
  *   softmax     on the accumulator fragments, which per warp have the layout
- *               of mma.sync m16n8 C blocks (warp w owns rows 16w..16w+15);
+ *               of mma.sync m16n8 C blocks (warp w owns rows 16w..16w+15),
+ *               against settled row maxima once a warp has them (below);
  *   O += P V    wgmma m64n{D}k16 with P as the register A operand (two
  *               adjacent n8 score blocks make one k16 A fragment) and V read
  *               from shared memory as an MN-major (transposed) B operand;
@@ -40,38 +41,59 @@
  * At head dim 64 a tile needs about as many MUFU cycles (64 x 64
  * exponentials, 16 a cycle a SM) as tensor cycles, so the kernel runs at the
  * rate at which the resident CTAs overlap one's softmax with another's
- * products: on the dense (4, 16, 4096) mask the tensor pipe is active 44% of
- * the time, the MUFU pipe 47%, the issue slots 54%, and a fifth of the stall
- * samples sit on the exponentials (the experiments file named below).
- * Instruction count is what bounds each warp, hence:
- * the softmax scale folded into the exponent's FFMA, the O rescale skipped by
- * a warp whose row maxima did not move, the row sums on the tensor pipe (head
- * dim 64: dense 4096 3% faster, varlen 4096 3%), descriptors built once, and
- * the tile list read one iteration ahead. Q in registers halves the
- * shared-memory reads of S = Q K^T (1-2% where rows are long).
+ * products: before the settled maxima, on the dense (4, 16, 4096) mask the
+ * tensor pipe was active 44% of the time, the MUFU pipe 47%, the issue slots
+ * 54%, and a fifth of the stall samples sat on the exponentials (the
+ * experiments file named below). Instruction count is what bounds each warp,
+ * hence: the softmax scale folded into the exponent's FFMA, the settled
+ * maxima, the row sums on the tensor pipe (head dim 64: dense 4096 3%
+ * faster, varlen 4096 3%), descriptors built once, and the tile list read one
+ * iteration ahead. Q in registers halves the shared-memory reads of
+ * S = Q K^T (1-2% where rows are long).
+ *
+ * Settled maxima. Online softmax may exponentiate a row against any
+ * reference, as long as the exponentials stay in range; the running maximum
+ * is only the usual choice. Once every row of a warp has seen a visible score
+ * (after its first tile, as a rule), the warp exponentiates each further
+ * tile against the row maxima as they stand (exp_settled): no maxima of the
+ * tile (32 FMNMX and 4 shuffles a thread), no rescale factors, no vote and
+ * no rescale of O: about a fifth of the loop's instructions per tile at head
+ * dim 64 (SASS). The packed P is
+ * checked instead (pack_checked, 15 packed maxima): a probability past 256
+ * (a score more than 8 / scale past its row's maximum, overflow included)
+ * sends the warp back to the full softmax for that tile, with the tile's
+ * scores computed again on mma.sync from Q in registers and the K tile still
+ * in its buffer (warp_scores), since the exponentials replaced them. Random
+ * inputs take that path on the first tiles of a row at most; scores that
+ * climb by 2^8 from tile to tile would take it on every tile, correct but
+ * paying the recomputation each time. Against the running-maximum softmax on an H200:
+ * dense 12-14% faster, causal 4096 and varlen 9-11%, the short-row masks
+ * 3-5%.
  *
  * The order of work inside an iteration follows FlashAttention-3's
  * intra-warpgroup overlap: iteration i issues S_i = Q K_i^T and then
- * O += P_{i-1} V_{i-1}, waits for S_i only, runs the softmax of tile i, and
- * rescales O once that product has landed. So V_{i-1} and K_i are live in one
- * iteration, and tile i+1 loads meanwhile: two K buffers and two V buffers
- * suffice, with K_{i+1} and V_i loaded during iteration i. (ptxas currently
- * schedules the softmax after the second wait anyway; the overlap then comes
- * from the other warpgroups resident on the SM.)
+ * O += P_{i-1} V_{i-1}, waits for S_i only, exponentiates tile i against the
+ * settled maxima while that product runs, and packs P_i (the product's
+ * operand registers) once it has landed; the full softmax, which rescales O,
+ * runs after the second wait. So V_{i-1} and K_i are live in one iteration,
+ * and tile i+1 loads meanwhile: two K buffers and two V buffers suffice, with
+ * K_{i+1} and V_i loaded during iteration i. Exponentiating ahead of the
+ * second wait gained 1-3% at head dim 64 and 7-10% at 128.
  *
  * Measured on an H200 and left out (each variant against this kernel on the
  * same GPU in the same run: bench_attention, and for the persistent CTAs, the
  * exponentials on the FMA pipe, the balanced folds and the head pairs
  * compare_attention.py,
  * bench/results/attention-experiments-2026-11-22-h200.txt):
- *  - Keeping the softmax ahead of the second wait. ptxas hoists
- *    wgmma.wait_group to the top of its basic block, so the wait has to sit
- *    behind a branch; the rescale's skip branch serves, but only when the
- *    whole warpgroup takes it alike (the wait is .aligned over the
- *    warpgroup: a per-warp vote there fails compute-sanitizer synccheck and
- *    gives wrong output under it). Deciding it by a warpgroup barrier
- *    reduction per tile measured within 1% of this kernel at L = 4096 and
- *    within 3% either way at L = 1024.
+ *  - Keeping the full softmax (row maxima, rescale) ahead of the second
+ *    wait, before the settled maxima. ptxas hoists wgmma.wait_group to the
+ *    top of its basic block, so the wait has to sit behind a branch that
+ *    every warp of the warpgroup reaches alike (the wait is .aligned over the
+ *    warpgroup: inside a per-warp branch it fails compute-sanitizer synccheck
+ *    and gives wrong output under it); the rescale's skip branch, decided by
+ *    a warpgroup barrier reduction per tile, measured within 1% of the kernel
+ *    at L = 4096 and within 3% either way at L = 1024. (The settled path's
+ *    branch ends before the wait, which every warp then reaches.)
  *  - Steps of two tiles (one n128 K^T product and eight k16 P V steps per
  *    barrier, row maxima and rescale): a fifth fewer instructions per key at
  *    head dim 64, but 3-25% slower than one tile per step with the same
@@ -377,6 +399,17 @@ static __device__ __forceinline__ void softmax_tile(float (&s)[32], float scale,
     }
 }
 
+/* Lane-wise maximum of two packed pairs of fp16 (bf16) values. */
+template <int BF16> static __device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b)
+{
+    uint32_t r;
+    if (BF16)
+        asm("max.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+    else
+        asm("max.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
 /* P as four k16 A fragments: keys 16kk.. of rows g, g+8 are n8 blocks 2kk, 2kk+1. */
 template <int BF16>
 static __device__ __forceinline__ void pack_p(uint32_t (&p)[4][4], const float (&s)[32])
@@ -462,12 +495,10 @@ static __device__ __forceinline__ void tile_words(const mask_tiles *t, int bits,
     }
 }
 
-/* Sign, mask (partial tiles and tiles past the keys only) and the softmax.
- * A negative softmax scale flips the scores, so that the maxima stay maxima. */
-template <bool SUMS>
-static __device__ __forceinline__ void
-scores_to_p(float (&s)[32], bool masked, const uint64_t (&w)[2], int shift, bool negate,
-            float scale, float (&m)[2], float (&alpha)[2], float (&sum)[2])
+/* Sign and mask (partial tiles and tiles past the keys only). A negative
+ * softmax scale flips the scores, so that the maxima stay maxima. */
+static __device__ __forceinline__ void sign_and_mask(float (&s)[32], bool masked,
+                                                     const uint64_t (&w)[2], int shift, bool negate)
 {
     if (negate) {
 #pragma unroll
@@ -475,7 +506,95 @@ scores_to_p(float (&s)[32], bool masked, const uint64_t (&w)[2], int shift, bool
             s[i] = -s[i];
     }
     if (masked) mask_scores(s, w[0] >> shift, w[1] >> shift);
-    softmax_tile<SUMS>(s, scale, m, alpha, sum);
+}
+
+/* Largest probability a tile may reach against settled row maxima, as a
+ * 16-bit pattern (fp16 or bf16 256): a tile whose scores pass the running
+ * maximum of their row by more than 8 / scale is taken again by the full
+ * softmax. P stays far inside the 16-bit range, and the products and sums are
+ * fp32. */
+#define SM90_P_LIMIT_F16 0x5c00u
+#define SM90_P_LIMIT_BF16 0x4380u
+
+/*
+ * The softmax of a tile once the warp's rows all have a running maximum
+ * (m finite): P = exp2(s * scale - m * scale) against that maximum as it
+ * stands, with no row maxima, no shuffles, no rescale factor and no rescale
+ * of O. Online softmax allows any reference for a row as long as the
+ * exponentials stay in range, so the maximum only has to move when a score
+ * passes it by far: pack_checked says whether one did, and the caller then
+ * takes the tile again through softmax_tile, whose new maximum rescales O as
+ * before. sum: this tile's per-thread row sums when SUMS.
+ */
+template <bool SUMS>
+static __device__ __forceinline__ void exp_settled(float (&s)[32], float scale, const float (&m)[2],
+                                                   float (&sum)[2])
+{
+    const float base[2] = {m[0] * scale, m[1] * scale};
+    sum[0] = sum[1] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        s[i] = exp2_approx(fmaf(s[i], scale, -base[(i >> 1) & 1]));
+        if (SUMS) sum[(i >> 1) & 1] += s[i];
+    }
+}
+
+/* P packed into p, and whether a probability of the thread's passed the
+ * limit above (maxima of packed pairs; P >= 0, inf included) in one of its
+ * rows that is live (g, g + 8: inside the sequence). Rows past the sequence
+ * are computed but never stored: whatever their Q holds (NaN, say) must not
+ * send the warp to the full softmax. */
+template <int BF16>
+static __device__ __forceinline__ bool pack_checked(uint32_t (&p)[4][4], const float (&s)[32],
+                                                    const bool (&live)[2])
+{
+    pack_p<BF16>(p, s);
+    /* Row g's pairs are p[kk][0] and p[kk][2], row g + 8's p[kk][1] and p[kk][3]. */
+    uint32_t top[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const uint32_t a = max2<BF16>(p[0][r], p[0][r + 2]);
+        const uint32_t b = max2<BF16>(p[1][r], p[1][r + 2]);
+        const uint32_t c = max2<BF16>(p[2][r], p[2][r + 2]);
+        const uint32_t d = max2<BF16>(p[3][r], p[3][r + 2]);
+        top[r] = max2<BF16>(max2<BF16>(a, b), max2<BF16>(c, d));
+    }
+    const uint32_t limit = BF16 ? SM90_P_LIMIT_BF16 : SM90_P_LIMIT_F16;
+    bool over = false;
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        over |= live[r] && ((top[r] & 0xffffu) > limit || (top[r] >> 16) > limit);
+    return over;
+}
+
+/* S = Q K^T for the warp's own 16 rows on mma.sync (warp-level, where wgmma
+ * is warpgroup-wide), from the K tile at k_tile (still in its buffer): the
+ * scores of a tile again, in the accumulator layout of the wgmma, when
+ * softmax_settled found them past the running maximum. The ldmatrix.x4 of
+ * (np, ks) brings the B fragments of key blocks 2np and 2np + 1. */
+template <int D, int BF16>
+static __device__ __forceinline__ void warp_scores(float (&s)[32], const uint32_t (&qf)[D / 16][4],
+                                                   uint32_t k_tile, int lane)
+{
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        s[i] = 0.0f;
+    const int key = ((lane >> 4) << 3) + (lane & 7), half = (lane >> 3) & 1;
+    /* Each load's address depends on the previous products, so that ptxas
+     * does not hoist all D / 4 fragment loads ahead (64 registers more for
+     * the whole kernel, a CTA less per SM); this path is rare. */
+    uint32_t chain = 0;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t r[4];
+            ldsm_x4(r, k_tile + chain + sw128_offset(np * 16 + key, 2 * ks + half));
+            mma_16816<BF16>(s + 8 * np, qf[ks], r[0], r[1]);
+            mma_16816<BF16>(s + 8 * np + 4, qf[ks], r[2], r[3]);
+            asm volatile("" : "+r"(chain) : "f"(s[8 * np]), "f"(s[8 * np + 4]));
+        }
+    }
 }
 
 /* O *= alpha, skipped by a warp whose rows all kept their maxima (alpha == 1
@@ -490,8 +609,11 @@ static __device__ __forceinline__ void rescale_o(float (&o)[SM90_OREGS(D)], cons
     }
 }
 
-/* CTAs per SM the register budget aims at (no spills at these bounds). */
-#define SM90_MIN_CTAS(D, WG) ((D) == 64 ? ((WG) == 1 ? 3 : 2) : ((WG) == 1 ? 2 : 1))
+/* CTAs per SM the register budget aims at (no spills at these bounds). At
+ * head dim 64 with one warpgroup, four (128 registers): left to itself,
+ * ptxas gives the kernel with the settled softmax's fallback 156, and the SM
+ * three CTAs. */
+#define SM90_MIN_CTAS(D, WG) ((D) == 64 ? ((WG) == 1 ? 4 : 2) : ((WG) == 1 ? 2 : 1))
 
 template <int D, int WG, int BF16>
 __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
@@ -589,6 +711,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         }
     };
 
+    /* The softmax adds up the row sums where P V does not yield them. */
+    constexpr bool SUMS = !SM90_ONES_D(D);
     float o[SM90_OREGS(D)], sc[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float alpha[2], sum[2];
     uint32_t p[4][4];
@@ -646,12 +770,24 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(sc);
-    scores_to_p<!SM90_ONES_D(D)>(sc, masked, w, shift, negate, scale, m, alpha, sum);
-    if constexpr (!SM90_ONES_D(D)) {
+    sign_and_mask(sc, masked, w, shift, negate);
+    softmax_tile<SUMS>(sc, scale, m, alpha, sum);
+    if constexpr (SUMS) {
         l[0] = sum[0];
         l[1] = sum[1];
     }
     pack_p<BF16>(p, sc);
+    /* Whether every live row of the warp has a running maximum: exp_settled
+     * may then take the next tiles (warp-uniform). */
+    bool live[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        live[r] = row0 + wg * SM90_SUB_ROWS + warp * 16 + (lane >> 2) + 8 * r < s.len_q;
+    auto all_settled = [&]() {
+        return __all_sync(ATTN_FULL_WARP,
+                          (!live[0] || m[0] != -INFINITY) && (!live[1] || m[1] != -INFINITY));
+    };
+    bool settled = all_settled();
 
     for (int i = 1; i < n; i++) {
         const int e = e0 + i;
@@ -685,15 +821,37 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         wgmma_commit();
         wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
         reg_fence(sc);
-        scores_to_p<!SM90_ONES_D(D)>(sc, masked, w, shift, negate, scale, m, alpha, sum);
-        wgmma_wait<0>();
+        sign_and_mask(sc, masked, w, shift, negate);
+        /* Settled rows exponentiate while P_{i-1} V_{i-1} runs: the branch
+         * ends the basic block, and ptxas hoists the wait below no further
+         * than to the top of its own. */
+        if (settled) exp_settled<SUMS>(sc, scale, m, sum);
+        wgmma_wait<0>(); /* P's registers are rewritten from here on */
         reg_fence(o);
-        rescale_o<D>(o, alpha);
-        if constexpr (!SM90_ONES_D(D)) {
-            l[0] = l[0] * alpha[0] + sum[0];
-            l[1] = l[1] * alpha[1] + sum[1];
+        bool full = !settled;
+        if (settled) {
+            full = __any_sync(ATTN_FULL_WARP, pack_checked<BF16>(p, sc, live));
+            if (full) {
+                /* A score far past its row's maximum: this tile's scores
+                 * again (the exponentials replaced them), for the full
+                 * softmax with a new maximum. */
+                warp_scores<D, BF16>(sc, qf, sk + (i & 1) * TILE, lane);
+                sign_and_mask(sc, masked, w, shift, negate);
+            } else if constexpr (SUMS) {
+                l[0] += sum[0];
+                l[1] += sum[1];
+            }
         }
-        pack_p<BF16>(p, sc);
+        if (full) {
+            softmax_tile<SUMS>(sc, scale, m, alpha, sum);
+            rescale_o<D>(o, alpha);
+            if constexpr (SUMS) {
+                l[0] = l[0] * alpha[0] + sum[0];
+                l[1] = l[1] * alpha[1] + sum[1];
+            }
+            pack_p<BF16>(p, sc);
+            settled = all_settled();
+        }
         key0_prev = key0;
     }
 
