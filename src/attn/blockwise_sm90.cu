@@ -540,31 +540,18 @@ static __device__ __forceinline__ void exp_settled(float (&s)[32], float scale, 
 }
 
 /* P packed into p, and whether a probability of the thread's passed the
- * limit above (maxima of packed pairs; P >= 0, inf included) in one of its
- * rows that is live (g, g + 8: inside the sequence). Rows past the sequence
- * are computed but never stored: whatever their Q holds (NaN, say) must not
- * send the warp to the full softmax. */
+ * limit above (maxima of packed pairs; P >= 0, inf included). */
 template <int BF16>
-static __device__ __forceinline__ bool pack_checked(uint32_t (&p)[4][4], const float (&s)[32],
-                                                    const bool (&live)[2])
+static __device__ __forceinline__ bool pack_checked(uint32_t (&p)[4][4], const float (&s)[32])
 {
     pack_p<BF16>(p, s);
-    /* Row g's pairs are p[kk][0] and p[kk][2], row g + 8's p[kk][1] and p[kk][3]. */
-    uint32_t top[2];
+    uint32_t top[4];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const uint32_t a = max2<BF16>(p[0][r], p[0][r + 2]);
-        const uint32_t b = max2<BF16>(p[1][r], p[1][r + 2]);
-        const uint32_t c = max2<BF16>(p[2][r], p[2][r + 2]);
-        const uint32_t d = max2<BF16>(p[3][r], p[3][r + 2]);
-        top[r] = max2<BF16>(max2<BF16>(a, b), max2<BF16>(c, d));
-    }
+    for (int kk = 0; kk < 4; kk++)
+        top[kk] = max2<BF16>(max2<BF16>(p[kk][0], p[kk][1]), max2<BF16>(p[kk][2], p[kk][3]));
+    const uint32_t x = max2<BF16>(max2<BF16>(top[0], top[1]), max2<BF16>(top[2], top[3]));
     const uint32_t limit = BF16 ? SM90_P_LIMIT_BF16 : SM90_P_LIMIT_F16;
-    bool over = false;
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-        over |= live[r] && ((top[r] & 0xffffu) > limit || (top[r] >> 16) > limit);
-    return over;
+    return (x & 0xffffu) > limit || (x >> 16) > limit;
 }
 
 /* S = Q K^T for the warp's own 16 rows on mma.sync (warp-level, where wgmma
@@ -754,6 +741,24 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++)
         ldsm_x4(qf[ks], q_tile + sw128_offset(warp * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+    /* Rows g and g + 8 of the thread past the sequence (its last row block
+     * only) are computed but never stored. Their Q may hold anything (NaN,
+     * say), which would keep sending the warp to the full softmax: as zeros
+     * (the A fragment's registers 0 and 2 are row g, 1 and 3 row g + 8) they
+     * score 0 against every key. */
+    const int row_g = row0 + wg * SM90_SUB_ROWS + warp * 16 + (lane >> 2);
+    const bool live[2] = {row_g < s.len_q, row_g + 8 < s.len_q};
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+            if (!live[c & 1]) qf[ks][c] = 0u;
+    /* Such a row starts with a running maximum (0, its scores' largest), so
+     * that it never holds the warp back from the settled softmax, even where
+     * its first tile hides every key. */
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        if (!live[r]) m[r] = 0.0f;
     if constexpr (SM90_ONES_D(D)) {
         /* The Q tile becomes the ones tile of the row sums: each warp
          * overwrites the 16 rows (2 KB) it alone read. */
@@ -777,17 +782,9 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         l[1] = sum[1];
     }
     pack_p<BF16>(p, sc);
-    /* Whether every live row of the warp has a running maximum: exp_settled
-     * may then take the next tiles (warp-uniform). */
-    bool live[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-        live[r] = row0 + wg * SM90_SUB_ROWS + warp * 16 + (lane >> 2) + 8 * r < s.len_q;
-    auto all_settled = [&]() {
-        return __all_sync(ATTN_FULL_WARP,
-                          (!live[0] || m[0] != -INFINITY) && (!live[1] || m[1] != -INFINITY));
-    };
-    bool settled = all_settled();
+    /* Whether every row of the warp has a running maximum: exp_settled may
+     * then take the next tiles (warp-uniform). */
+    bool settled = __all_sync(ATTN_FULL_WARP, m[0] != -INFINITY && m[1] != -INFINITY);
 
     for (int i = 1; i < n; i++) {
         const int e = e0 + i;
@@ -830,7 +827,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         reg_fence(o);
         bool full = !settled;
         if (settled) {
-            full = __any_sync(ATTN_FULL_WARP, pack_checked<BF16>(p, sc, live));
+            full = __any_sync(ATTN_FULL_WARP, pack_checked<BF16>(p, sc));
             if (full) {
                 /* A score far past its row's maximum: this tile's scores
                  * again (the exponentials replaced them), for the full
@@ -850,7 +847,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
                 l[1] = l[1] * alpha[1] + sum[1];
             }
             pack_p<BF16>(p, sc);
-            settled = all_settled();
+            settled = __all_sync(ATTN_FULL_WARP, m[0] != -INFINITY && m[1] != -INFINITY);
         }
         key0_prev = key0;
     }
