@@ -57,18 +57,20 @@
  * (after its first tile, as a rule), the warp exponentiates each further
  * tile against the row maxima as they stand (exp_settled): no maxima of the
  * tile (32 FMNMX and 4 shuffles a thread), no rescale factors, no vote and
- * no rescale of O: about a fifth of the loop's instructions per tile at head
- * dim 64 (SASS). The packed P is
- * checked instead (pack_checked, 15 packed maxima): a probability past 256
- * (a score more than 8 / scale past its row's maximum, overflow included)
- * sends the warp back to the full softmax for that tile, with the tile's
- * scores computed again on mma.sync from Q in registers and the K tile still
- * in its buffer (warp_scores), since the exponentials replaced them. Random
- * inputs take that path on the first tiles of a row at most; scores that
- * climb by 2^8 from tile to tile would take it on every tile, correct but
- * paying the recomputation each time. Against the running-maximum softmax on an H200:
- * dense 12-14% faster, causal 4096 and varlen 9-11%, the short-row masks
- * 3-5%.
+ * no rescale of O, which is 14% of the loop's instructions per tile at head
+ * dim 64 (SASS: 208 against 242). The packed P is checked instead
+ * (pack_checked, 15 packed maxima): a probability past 256 (a score more
+ * than 8 / scale past its row's maximum, overflow included) sends the warp
+ * back to the full softmax for that tile, with the tile's scores computed
+ * again on mma.sync from Q in registers and the K tile still in its buffer
+ * (warp_scores), since the exponentials replaced them. Random inputs take
+ * that path on the first tiles of a row at most; scores that climb by 2^8
+ * from tile to tile would take it on every tile, correct but paying the
+ * recomputation each time. Rows past the sequence (computed, never stored)
+ * get zeros for Q and a maximum of 0 in the prologue, so that whatever their
+ * storage holds never sends a warp back. Against the running-maximum softmax
+ * (d86c9e0), on three H200s: dense 9-15% faster, causal 4096 10-12%, varlen
+ * 8-10%, causal 1024 6-8%, the short-row masks 4-6%.
  *
  * The order of work inside an iteration follows FlashAttention-3's
  * intra-warpgroup overlap: iteration i issues S_i = Q K_i^T and then
@@ -78,7 +80,8 @@
  * runs after the second wait. So V_{i-1} and K_i are live in one iteration,
  * and tile i+1 loads meanwhile: two K buffers and two V buffers suffice, with
  * K_{i+1} and V_i loaded during iteration i. Exponentiating ahead of the
- * second wait gained 1-3% at head dim 64 and 7-10% at 128.
+ * second wait gained up to 3% at head dim 64 (dense 4096 within the spread)
+ * and 7-10% at 128.
  *
  * Measured on an H200 and left out (each variant against this kernel on the
  * same GPU in the same run: bench_attention, and for the persistent CTAs, the
@@ -596,10 +599,11 @@ static __device__ __forceinline__ void rescale_o(float (&o)[SM90_OREGS(D)], cons
     }
 }
 
-/* CTAs per SM the register budget aims at (no spills at these bounds). At
- * head dim 64 with one warpgroup, four (128 registers): left to itself,
- * ptxas gives the kernel with the settled softmax's fallback 156, and the SM
- * three CTAs. */
+/* CTAs per SM the register budget aims at. At head dim 64 (128 registers
+ * with one warpgroup or two) ptxas spills 12 bytes, two of them reloaded
+ * from L1 a tile; with one warpgroup the bound asks for four CTAs, since
+ * left to itself ptxas gives the kernel with the settled softmax's fallback
+ * 156 registers, and the SM three CTAs. */
 #define SM90_MIN_CTAS(D, WG) ((D) == 64 ? ((WG) == 1 ? 4 : 2) : ((WG) == 1 ? 2 : 1))
 
 template <int D, int WG, int BF16>
