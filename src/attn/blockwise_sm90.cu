@@ -622,8 +622,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     const uint32_t sk = base;             /* [2] K tiles */
     const uint32_t sv = sk + 2 * TILE;    /* [2] V tiles */
     const uint32_t sq = sv + 2 * TILE;    /* [WG] 64-row Q tiles (after V: see v_desc_of) */
-    const uint32_t kbar = sq + WG * TILE; /* [2] mbarriers: K buffer landed */
-    const uint32_t vbar = kbar + 16;      /* [2] mbarriers: V buffer landed */
+    const uint32_t bar0 = sq + WG * TILE; /* mbarrier: K_0 landed */
+    const uint32_t sbar = bar0 + 8;       /* [2] mbarriers: stage s landed, on sbar[s & 1] */
 
     const mask_tiles *t = &a.tiles;
     int h, b, x;
@@ -680,24 +680,34 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     };
 
     /* One thread moves every K and V tile: a 64 x 64 box per column block,
-     * 128-byte swizzled by the copy engine, completing on the buffer's
-     * mbarrier. Rows: the sequence's own, from k_row0 (padded: 0; packed: its
-     * first token), split apart (a split's class: every split-th row). */
+     * 128-byte swizzled by the copy engine, completing on an mbarrier. Rows:
+     * the sequence's own, from k_row0 (padded: 0; packed: its first token),
+     * split apart (a split's class: every split-th row). */
     const bool leader = threadIdx.x == 0;
     const int kv_y = s.k_row0, kv_h = s.head, kv_w = a.cu_k ? 0 : b;
     auto load_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int key0) {
-        mbar_arrive_expect_tx(bar, TILE);
 #pragma unroll
         for (int cb = 0; cb < D / 64; cb++)
             tma_load_4d(dst + cb * SM90_BLOCK_BYTES, map, bar, cb * 64, kv_y + key0 * a.split, kv_h,
                         kv_w);
     };
-    /* Waits for V_j (first key key0) and zeroes its rows past the keys; the
-     * caller's barrier then publishes them to every warpgroup. */
-    auto v_landed = [&](int j, int key0) {
-        mbar_wait(vbar + 8 * (j & 1), (j >> 1) & 1);
-        if (key0 + SM90_BLOCK_N > s.len_k) {
-            zero_tail_rows<D, THREADS>(sv + (j & 1) * TILE, max(s.len_k - key0, 0));
+    /* K_0 alone, then stage s = 1 .. n: K_s (while s < n) and V_{s-1}, issued
+     * together (iteration s - 1, or the prologue) and waited for together
+     * (iteration s, or after the loop), on one mbarrier: sbar[s & 1], whose
+     * (s - 1) / 2-th phase it is. vkey0: V_{s-1}'s first key. */
+    auto load_stage = [&](int sidx, int kcol, int vkey0) {
+        const uint32_t bar = sbar + 8 * (sidx & 1);
+        mbar_arrive_expect_tx(bar, (sidx < n ? 2 : 1) * TILE);
+        if (sidx < n) load_tile(sk + (sidx & 1) * TILE, &k_map, bar, kcol * SM90_BLOCK_N);
+        load_tile(sv + ((sidx - 1) & 1) * TILE, &v_map, bar, vkey0);
+    };
+    /* Waits for stage sidx and zeroes V_{sidx-1}'s rows past the keys (its
+     * first key vkey0); the caller's barrier then publishes them to every
+     * warpgroup. */
+    auto stage_landed = [&](int sidx, int vkey0) {
+        mbar_wait(sbar + 8 * (sidx & 1), ((sidx - 1) >> 1) & 1);
+        if (vkey0 + SM90_BLOCK_N > s.len_k) {
+            zero_tail_rows<D, THREADS>(sv + ((sidx - 1) & 1) * TILE, max(s.len_k - vkey0, 0));
             fence_proxy_async();
         }
     };
@@ -720,18 +730,18 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     int col = t->col[e0], bits = t->bits[e0];
     int col_next = n > 1 ? t->col[e0 + 1] : 0;
 
-    /* Prologue: K_0, K_1 and V_0 on their way; Q (in flight since the
-     * start) published by the barrier. */
+    /* Prologue: K_0 and stage 1 (K_1, V_0) on their way; Q (in flight
+     * since the start) published by the barrier. */
     if (leader) {
 #pragma unroll
-        for (int j = 0; j < 4; j++)
-            mbar_init(kbar + 8 * j, 1);
+        for (int j = 0; j < 3; j++)
+            mbar_init(bar0 + 8 * j, 1);
         fence_mbar_init();
         tma_prefetch_map(&k_map);
         tma_prefetch_map(&v_map);
-        load_tile(sk, &k_map, kbar, col * SM90_BLOCK_N);
-        if (n > 1) load_tile(sk + TILE, &k_map, kbar + 8, col_next * SM90_BLOCK_N);
-        load_tile(sv, &v_map, vbar, col * SM90_BLOCK_N);
+        mbar_arrive_expect_tx(bar0, TILE);
+        load_tile(sk, &k_map, bar0, col * SM90_BLOCK_N);
+        load_stage(1, col_next, col * SM90_BLOCK_N);
     }
     bool masked = bits >= 0 || col * SM90_BLOCK_N + SM90_BLOCK_N > s.len_k;
     if (masked) tile_words(t, bits, tile_row, col * SM90_BLOCK_N, s.len_k, w);
@@ -773,7 +783,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
             st_shared_fill16(q_tile + warp * 2048 + (lane + c * 32) * 16, one2);
         fence_proxy_async(); /* published to wgmma by the barrier before the first P V */
     }
-    mbar_wait(kbar, 0);
+    mbar_wait(bar0, 0);
     wgmma_fence();
     issue_scores<D, BF16>(sc, qf, k_desc);
     wgmma_commit();
@@ -797,19 +807,13 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         col_next = col_after;
         const int key0 = col * SM90_BLOCK_N;
 
-        /* K_i and V_{i-1} landed (V_{i-1} with its rows past the keys
+        /* Stage i landed: K_i and V_{i-1} (with its rows past the keys
          * zeroed); every warpgroup is done with K_{i-1} (its S was waited
          * for) and with V_{i-2} (its P V was waited for), so their buffers
-         * take K_{i+1} and V_i. */
-        mbar_wait(kbar + 8 * (i & 1), (i >> 1) & 1);
-        v_landed(i - 1, key0_prev);
+         * take stage i + 1, K_{i+1} and V_i. */
+        stage_landed(i, key0_prev);
         __syncthreads();
-        if (leader) {
-            if (i + 1 < n)
-                load_tile(sk + ((i + 1) & 1) * TILE, &k_map, kbar + 8 * ((i + 1) & 1),
-                          col_next * SM90_BLOCK_N);
-            load_tile(sv + (i & 1) * TILE, &v_map, vbar + 8 * (i & 1), key0);
-        }
+        if (leader) load_stage(i + 1, col_next, key0);
         if (i + 1 < n) bits_next = t->bits[e + 1];
         if (i + 2 < n) col_after = t->col[e + 2];
         masked = bits >= 0 || key0 + SM90_BLOCK_N > s.len_k;
@@ -856,8 +860,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         key0_prev = key0;
     }
 
-    /* The last P V once V_{n-1} has landed. */
-    v_landed(n - 1, key0_prev);
+    /* The last P V once V_{n-1} (stage n) has landed. */
+    stage_landed(n, key0_prev);
     __syncthreads();
     wgmma_fence();
     issue_pv<D, BF16>(o, p, v_desc_of(n - 1));
