@@ -49,8 +49,8 @@
  * maxima, the row sums on the tensor pipe (head dim 64: dense 4096 3%
  * faster, varlen 4096 3%), one mbarrier wait a tile for K_i and V_{i-1},
  * which are issued together (1-3% against one each), descriptors built
- * once, and the tile list read one iteration ahead. Q in registers halves the shared-memory reads of
- * S = Q K^T (1-2% where rows are long).
+ * once, and the tile list read one iteration ahead. Q in registers halves
+ * the shared-memory reads of S = Q K^T (1-2% where rows are long).
  *
  * Settled maxima. Online softmax may exponentiate a row against any
  * reference, as long as the exponentials stay in range; the running maximum
@@ -561,7 +561,7 @@ static __device__ __forceinline__ bool pack_checked(uint32_t (&p)[4][4], const f
 /* S = Q K^T for the warp's own 16 rows on mma.sync (warp-level, where wgmma
  * is warpgroup-wide), from the K tile at k_tile (still in its buffer): the
  * scores of a tile again, in the accumulator layout of the wgmma, when
- * softmax_settled found them past the running maximum. The ldmatrix.x4 of
+ * pack_checked found them past the running maximum. The ldmatrix.x4 of
  * (np, ks) brings the B fragments of key blocks 2np and 2np + 1. */
 template <int D, int BF16>
 static __device__ __forceinline__ void warp_scores(float (&s)[32], const uint32_t (&qf)[D / 16][4],
