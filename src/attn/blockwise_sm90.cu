@@ -588,6 +588,13 @@ static __device__ __forceinline__ void warp_scores(float (&s)[32], const uint32_
     }
 }
 
+/* Whether every row of the warp has a running maximum (warp-uniform):
+ * exp_settled may then take its next tiles. */
+static __device__ __forceinline__ bool warp_settled(const float (&m)[2])
+{
+    return __all_sync(ATTN_FULL_WARP, m[0] != -INFINITY && m[1] != -INFINITY);
+}
+
 /* O *= alpha, skipped by a warp whose rows all kept their maxima (alpha == 1
  * exactly): after the first few tiles of a long row that is most tiles. */
 template <int D>
@@ -797,9 +804,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         l[1] = sum[1];
     }
     pack_p<BF16>(p, sc);
-    /* Whether every row of the warp has a running maximum: exp_settled may
-     * then take the next tiles (warp-uniform). */
-    bool settled = __all_sync(ATTN_FULL_WARP, m[0] != -INFINITY && m[1] != -INFINITY);
+    bool settled = warp_settled(m);
 
     for (int i = 1; i < n; i++) {
         const int e = e0 + i;
@@ -856,7 +861,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
                 l[1] = l[1] * alpha[1] + sum[1];
             }
             pack_p<BF16>(p, sc);
-            settled = __all_sync(ATTN_FULL_WARP, m[0] != -INFINITY && m[1] != -INFINITY);
+            settled = warp_settled(m);
         }
         key0_prev = key0;
     }
