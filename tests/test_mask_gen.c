@@ -23,6 +23,7 @@ typedef struct gen_case {
     int32_t *len_q, *len_k; /* host [batch] or NULL (as passed to compile) */
     int32_t *eff_k;         /* key lengths in effect (the NULL rule applied), host [batch] */
     bool has_dense_or_blocks;
+    bool has_full; /* a full part (all_visible) */
     void *dense_mem[GEN_MAX_DENSE];
     stof_memory dense_kind[GEN_MAX_DENSE];
     int n_dense;
@@ -146,7 +147,10 @@ static void gen_add_part(test_rng *r, gen_case *g, gen_place_fn place)
     int kind = (int)test_rng_int(r, 0, 19);
     switch (kind) {
     case 0:
-        g->n_parts += stof_mask_spec_add_full(g->spec) == STOF_OK;
+        if (stof_mask_spec_add_full(g->spec) == STOF_OK) {
+            g->n_parts++;
+            g->has_full = true;
+        }
         gen_appendf(g, "full,");
         break;
     case 1:
@@ -352,6 +356,35 @@ static int check_structure(const mask_tiles_host *h, const char *desc)
     return bad;
 }
 
+/* What a mask flagged all_visible promises the kernels that skip its tile
+ * list (mask.h): tile row r lists columns 0 .. ceil(len_k / tile_n) - 1 when
+ * r * tile_m < len_q, nothing otherwise, all full but a last one cut by len_k. */
+static int check_all_visible(const mask_tiles_host *h, const char *desc)
+{
+    const mask_tiles *t = &h->t;
+    int bad = 0;
+    for (int64_t row = 0; row < (int64_t)t->n_inst * t->n_trow && bad < 5; row++) {
+        int s = (int)(row / t->n_trow), r = (int)(row % t->n_trow);
+        int b = t->bm > 1 ? s / t->hm : 0;
+        int lk = t->len_k[b],
+            n = (int64_t)r * t->tile_m < t->len_q[b] ? (lk + t->tile_n - 1) / t->tile_n : 0;
+        int32_t e0 = t->row_ptr[row], e1 = t->row_ptr[row + 1];
+        bool ok = e1 - e0 == n;
+        for (int32_t e = e0; ok && e < e1; e++) {
+            bool cut = (e - e0 + 1) * t->tile_n > lk;
+            ok = t->col[e] == e - e0 && (t->bits[e] >= 0) == cut;
+        }
+        if (!ok) {
+            fprintf(stderr,
+                    "  all_visible, but tile row %d of instance %d (len_q %d, len_k %d) lists "
+                    "%d tiles against %d, or not in order, or not full: %s\n",
+                    r, s, t->len_q[b], lk, e1 - e0, n, desc);
+            bad++;
+        }
+    }
+    return bad;
+}
+
 /*
  * Tile content against a dense plane of the spec (rows [0, rows) of instance
  * s, key lengths applied, query lengths not): a tile is listed iff a bit is
@@ -426,6 +459,11 @@ static int check_mask_case(const gen_case *g, stof_mask *mask)
     }
     const mask_tiles *t = &h.t;
     bad += check_structure(&h, g->desc);
+    if (t->all_visible != (int)g->has_full) {
+        fprintf(stderr, "  all_visible %d for %s\n", t->all_visible, g->desc);
+        bad++;
+    }
+    if (t->all_visible) bad += check_all_visible(&h, g->desc);
     size_t plane = (size_t)g->lq * g->lk;
     uint8_t *want = malloc(plane), *got = malloc(plane);
     int64_t nnz_want = 0;

@@ -57,7 +57,7 @@ static int compare_masks(const mask_tiles_host *c, const mask_tiles_host *g)
     const mask_tiles *a = &c->t, *b = &g->t;
     if (c->entries != g->entries || c->partial != g->partial || a->n_inst != b->n_inst ||
         a->bm != b->bm || a->hm != b->hm || a->tile_m != b->tile_m || a->tile_n != b->tile_n ||
-        a->n_trow != b->n_trow || a->n_tcol != b->n_tcol) {
+        a->n_trow != b->n_trow || a->n_tcol != b->n_tcol || a->all_visible != b->all_visible) {
         fprintf(stderr,
                 "  cpu %lld entries / %lld partial, gpu %lld / %lld (or geometry differs)\n",
                 (long long)c->entries, (long long)c->partial, (long long)g->entries,

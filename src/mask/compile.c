@@ -49,6 +49,7 @@ void mask_point_tiles(stof_mask *m, const mask_plan *plan, void *base)
     t->bits = (const int32_t *)(p + m->lay.bits);
     t->bitmap = (const uint64_t *)(p + m->lay.bitmap);
     t->split = 1;
+    t->all_visible = 0;
     m->storage = base;
 }
 
@@ -283,6 +284,15 @@ stof_status mask_plan_tiles(stof_ctx *ctx, const stof_mask_spec *spec,
     return STOF_OK;
 }
 
+/* Whether the spec holds everywhere: a union with a full part (mask.h,
+ * all_visible). */
+static bool spec_all_visible(const stof_mask_spec *spec)
+{
+    for (int i = 0; i < spec->n_parts; i++)
+        if (spec->parts[i].kind == MASK_PART_FULL) return true;
+    return false;
+}
+
 /* ---------------------------------------------------------------- residue split */
 
 /* The d by which a mask of this spec and these params is stored split
@@ -381,6 +391,7 @@ stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
         m->entries = m->partial = -1;
         st = use_gpu ? mask_gpu_build(ctx, spec, &plan, params->reusable != 0, m)
                      : cpu_build(ctx, spec, &plan, m);
+        if (st == STOF_OK) m->t.all_visible = spec_all_visible(spec);
     }
     mask_plan_free(&plan);
     if (st != STOF_OK) {

@@ -62,6 +62,10 @@ typedef struct mask_tiles {
     const int32_t *bits;      /* [entries] -1 full, else bitmap index */
     const uint64_t *bitmap;   /* [partial][tile_m][words_per_row] */
     int split;                /* residue classes (see above); 1: none */
+    int all_visible;          /* 1: the spec holds everywhere (it has a full part), so
+                                 that tile row r lists columns 0 .. ceil(len_k / tile_n)
+                                 - 1 when r * tile_m < len_q (none otherwise), all full
+                                 but a last one cut by len_k; kernels may skip the list */
 } mask_tiles;
 
 static inline int mask_instance(const mask_tiles *t, int b, int h)
