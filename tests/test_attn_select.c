@@ -27,7 +27,7 @@ static attn_device a100(void)
 
 static attn_problem problem(int B, int H, int L, int D, int tm, int tn, double tiles_per_row)
 {
-    attn_problem p = {B, H, L, L, D, tm, tn, tiles_per_row, 1.0};
+    attn_problem p = {B, H, L, L, D, tm, tn, tiles_per_row, 1.0, 0};
     return p;
 }
 
@@ -297,6 +297,27 @@ static void test_sm90_rule(void)
                  STOF_ATTN_BLOCKWISE_SM90, 4, 64);
     check_choice("D128 causal on sm_90", causal(8, 12, 1024, 128, 128, 64, 16.0), d,
                  STOF_ATTN_BLOCKWISE_SM90, 8, 128);
+    /* All-visible masks of one length (even_full) share K/V tiles between two
+     * warpgroups at head dim 64 when rows are long: dense (4, 16, 4096) and (8, 12,
+     * 1024) with 16 tiles a row; not with 15 tiles, at head dim 128, on 64x64 tiles,
+     * nor for a padded batch (even_full 0, as "dense" above). */
+    static const struct {
+        const char *what;
+        int batch, heads, len, head_dim, tile_m;
+        double tiles;
+        int warps;
+    } even[] = {{"even full 4096", 4, 16, 4096, 64, 128, 64.0, 8},
+                {"even full 1024", 8, 12, 1024, 64, 128, 16.0, 8},
+                {"even full, 15 tiles", 8, 12, 1024, 64, 128, 15.0, 4},
+                {"even full D128", 8, 12, 1024, 128, 128, 16.0, 4},
+                {"even full 64x64", 4, 16, 4096, 64, 64, 64.0, 4}};
+    for (size_t i = 0; i < sizeof even / sizeof even[0]; i++) {
+        p = problem(even[i].batch, even[i].heads, even[i].len, even[i].head_dim, even[i].tile_m, 64,
+                    even[i].tiles);
+        p.even_full = 1;
+        check_choice(even[i].what, p, d, STOF_ATTN_BLOCKWISE_SM90, even[i].warps,
+                     16 * even[i].warps);
+    }
     /* Head dim 32 stays on mma.sync; the sparsest rows take the wgmma kernel; 32x32
      * tiles go row-wise. */
     p = problem(4, 16, 4096, 32, 128, 64, 64.0);

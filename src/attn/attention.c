@@ -263,6 +263,7 @@ static attn_problem problem_of(const attn_shape *s, stof_mask *mask)
     /* Without an estimate assume every tile is listed (dense): the safe side. */
     p.tiles_per_row = e ? e->tiles_per_row : (double)t->n_tcol;
     p.row_imbalance = e ? e->row_imbalance : 1.0;
+    p.even_full = t->all_visible && t->bm == 1 && t->split == 1;
     return p;
 }
 

@@ -129,9 +129,11 @@ static stof_attn_choice sm90_choice(const attn_problem *p, const attn_device *de
     memset(&ch, 0, sizeof ch);
     ch.split = 1;
     double ctas128 = (double)p->batch * p->heads * ceil((double)p->lq / p->tile_m);
-    bool two = p->tile_m == 128 && p->row_imbalance > ATTN_HEAVY_FIRST_IMBALANCE &&
-               p->tiles_per_row >= ATTN_SM90_TWO_WG_TILES && ctas128 >= dev->sm_count &&
-               attn_sm90_smem_bytes(p->head_dim, 128) <= dev->smem_per_block;
+    bool two =
+        p->tile_m == 128 &&
+        (p->row_imbalance > ATTN_HEAVY_FIRST_IMBALANCE || (p->even_full && p->head_dim == 64)) &&
+        p->tiles_per_row >= ATTN_SM90_TWO_WG_TILES && ctas128 >= dev->sm_count &&
+        attn_sm90_smem_bytes(p->head_dim, 128) <= dev->smem_per_block;
     ch.kernel = STOF_ATTN_BLOCKWISE_SM90;
     ch.block_m = two ? 128 : 64;
     ch.block_n = 64;

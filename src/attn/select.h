@@ -75,16 +75,26 @@
  *    against 19-21 us), head dim 64 at 8 tiles is even, hence the limits.
  *    The wgmma kernel runs with
  *        two warpgroups (block_m 128, 8 warps) when tile_m = 128, the rows
- *            are imbalanced (row_imbalance > ATTN_HEAVY_FIRST_IMBALANCE: causal
- *            and global-token masks), long (tiles_per_row >=
- *            ATTN_SM90_TWO_WG_TILES) and B * H * n_trow >= sm_count (every SM
- *            gets a CTA of 128 rows),
+ *            are long (tiles_per_row >= ATTN_SM90_TWO_WG_TILES), B * H *
+ *            n_trow >= sm_count (every SM gets a CTA of 128 rows), and the
+ *            rows are imbalanced (row_imbalance > ATTN_HEAVY_FIRST_IMBALANCE:
+ *            causal and global-token masks) or, at head dim 64, the mask is
+ *            even_full (all visible, one length for the batch),
  *        one warpgroup (block_m 64, 4 warps) otherwise (twice the CTAs).
  *    Measured on an H200 (bench_attention --sm90-warps, 128x64 tiles): one
  *    warpgroup, up to three CTAs a SM, is 2-7% faster on dense, dilated,
  *    window and varlen masks at L = 1024 and 4096, head dims 64 and 128;
  *    two are faster on causal rows at L = 4096 (4% at D = 64, 23% at
  *    D = 128), where the long heavy rows gain from sharing every K/V tile.
+ *    The kernel for all-visible masks (blockwise_sm90.cu) moved the dense
+ *    case: at head dim 64 two warpgroups run dense (4, 16, 4096) as fast as
+ *    one from a cool device and 2-7% faster under sustained load, once the
+ *    device holds its power limit (clock 1680-1950 MHz instead of 1980):
+ *    sharing each K/V tile among 128 rows halves the tile traffic a product
+ *    needs. Dense (8, 12, 1024) is even either way; padded batches (varlen)
+ *    lose 2-7% with two warpgroups at L = 1024 and 4096, and head dim 128
+ *    gains nothing (bench/results/attention-experiments-2026-11-22-h200.txt,
+ *    section 15), hence even_full at head dim 64 only.
  *    The score stays the block-wise figure of 2. (the model is calibrated for
  *    mma.sync; here it only separates block-wise from row-wise).
  *
@@ -139,6 +149,9 @@ typedef struct attn_problem {
     int tile_m, tile_n;   /* the compiled mask's tile shape */
     double tiles_per_row; /* listed tiles per (instance, tile row), mask_estimate */
     double row_imbalance; /* most listed tiles of one row / the mean (mask_estimate) */
+    int even_full;        /* the mask holds everywhere and the batch has one length
+                             (mask_tiles.all_visible, bm == 1): every row block lists
+                             the same tiles */
 } attn_problem;
 
 typedef struct attn_bw_config {
