@@ -81,7 +81,12 @@
  * at head dim 64 the loop keeps its 128 registers with 8 bytes of spills
  * instead of 12, and no spill reload a tile. On an H200, against the same
  * kernel reading the list: dense and varlen (8, 12, 1024) and varlen
- * (4, 16, 4096) 4-5% faster, dense (4, 16, 4096) within its spread.
+ * (4, 16, 4096) 4-5% faster, dense (4, 16, 4096) within its spread. That
+ * spread is the device's power limit: under sustained dense attention an
+ * H200 holds 700 W by lowering its clock (1470-1950 MHz instead of 1980),
+ * and the kernel slows by 7-11%; sharing each K/V tile between two
+ * warpgroups, which halves the tile traffic a product needs, recovers 2-7%
+ * there (select.h, rule 3; experiments file, section 15).
  *
  * The order of work inside an iteration follows FlashAttention-3's
  * intra-warpgroup overlap: iteration i issues S_i = Q K_i^T and then
