@@ -89,7 +89,7 @@
  *    The kernel for all-visible masks (blockwise_sm90.cu) moved the dense
  *    case: at head dim 64 two warpgroups run dense (4, 16, 4096) as fast as
  *    one from a cool device and 2-7% faster under sustained load, once the
- *    device holds its power limit (clock 1680-1950 MHz instead of 1980):
+ *    device holds its power limit (clock 1470-1950 MHz instead of 1980):
  *    sharing each K/V tile among 128 rows halves the tile traffic a product
  *    needs. Dense (8, 12, 1024) is even either way; padded batches (varlen)
  *    lose 2-7% with two warpgroups at L = 1024 and 4096, and head dim 128
