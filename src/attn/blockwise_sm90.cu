@@ -383,6 +383,21 @@ static __device__ __forceinline__ void mask_scores(float (&s)[32], uint64_t w_lo
     }
 }
 
+/* s = exp2(s * scale - base) against the rows' scaled references base (rows
+ * g and g+8: one FFMA and one MUFU a score), and this tile's per-thread row
+ * sums when SUMS. */
+template <bool SUMS>
+static __device__ __forceinline__ void exp_tile(float (&s)[32], float scale, const float (&base)[2],
+                                                float (&sum)[2])
+{
+    sum[0] = sum[1] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        s[i] = exp2_approx(fmaf(s[i], scale, -base[(i >> 1) & 1]));
+        if (SUMS) sum[(i >> 1) & 1] += s[i];
+    }
+}
+
 /* The online softmax of one tile, up to the rescale of O. s holds raw
  * scores (sign already folded, so that scale > 0 is scale * log2(e)); m is the
  * running raw maximum of rows g and g+8. s becomes the unnormalised
@@ -409,13 +424,8 @@ static __device__ __forceinline__ void softmax_tile(float (&s)[32], float scale,
         alpha[r] = exp2_approx((m[r] - b) * scale);
         base[r] = b * scale;
         m[r] = m_new;
-        sum[r] = 0.0f;
     }
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-        s[i] = exp2_approx(fmaf(s[i], scale, -base[(i >> 1) & 1]));
-        if (SUMS) sum[(i >> 1) & 1] += s[i];
-    }
+    exp_tile<SUMS>(s, scale, base, sum);
 }
 
 /* Lane-wise maximum of two packed pairs of fp16 (bf16) values. */
@@ -550,12 +560,7 @@ static __device__ __forceinline__ void exp_settled(float (&s)[32], float scale, 
                                                    float (&sum)[2])
 {
     const float base[2] = {m[0] * scale, m[1] * scale};
-    sum[0] = sum[1] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-        s[i] = exp2_approx(fmaf(s[i], scale, -base[(i >> 1) & 1]));
-        if (SUMS) sum[(i >> 1) & 1] += s[i];
-    }
+    exp_tile<SUMS>(s, scale, base, sum);
 }
 
 /* P packed into p, and whether a probability of the thread's passed the
@@ -624,9 +629,10 @@ static __device__ __forceinline__ void rescale_o(float (&o)[SM90_OREGS(D)], cons
 
 /* CTAs per SM the register budget aims at. At head dim 64 (128 registers
  * with one warpgroup or two) ptxas spills 12 bytes, two of them reloaded
- * from L1 a tile; with one warpgroup the bound asks for four CTAs, since
- * left to itself ptxas gives the kernel with the settled softmax's fallback
- * 156 registers, and the SM three CTAs. */
+ * from L1 a tile (all-visible masks: 8, none reloaded in the loop); with
+ * one warpgroup the bound asks for four CTAs, since left to itself ptxas
+ * gives the kernel with the settled softmax's fallback 156 registers, and
+ * the SM three CTAs. */
 #define SM90_MIN_CTAS(D, WG) ((D) == 64 ? ((WG) == 1 ? 4 : 2) : ((WG) == 1 ? 2 : 1))
 
 template <int D, int WG, int BF16, bool ALL>
