@@ -7,6 +7,8 @@
  * pool is poisoned before each compile so that unwritten output shows up.
  * Reusable masks are built again for new device lengths, directly and from a
  * captured CUDA graph, over poisoned storage, and must decode to the oracle.
+ * Builds run as one cooperative launch; part of the cases run again as two
+ * kernels, the form used where the device cannot hold the grid at once.
  */
 #include "test_mask_gen.c"
 
@@ -292,6 +294,17 @@ int main(void)
     test_rebuild(ctx, &r, 150);
     const char *env = getenv("STOF_MASK_CASES");
     test_random_cases(ctx, &r, env ? atoi(env) : 600);
+    /* Every grid the builder makes fits the device at once, so all of the
+     * above ran as one cooperative launch; the two-kernel form, what a device
+     * that cannot hold the grid gets, must build the same masks. */
+    CHECK(mask_gpu_one_launch(ctx), "builds on %s run as one cooperative launch",
+          stof_ctx_device_name(ctx));
+    mask_gpu_set_cooperative(false);
+    CHECK(!mask_gpu_one_launch(ctx), "the two-kernel form can be forced");
+    test_large(ctx, &r);
+    test_rebuild(ctx, &r, 40);
+    test_random_cases(ctx, &r, env ? atoi(env) / 4 : 150);
+    mask_gpu_set_cooperative(true);
     stof_ctx_destroy(ctx);
     return test_finish("test_mask_gpu");
 }

@@ -27,6 +27,8 @@ def parse_device(device):
         return (str(device[0]), int(device[1]))
     torch = _arrays.torch_module()
     if torch is not None and isinstance(device, torch.device):
+        if device.type == "cuda" and device.index is not None:
+            return ("cuda", device.index)
         device = str(device)
     if isinstance(device, int):
         return ("cuda", device)

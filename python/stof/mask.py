@@ -251,7 +251,11 @@ def _lengths_descriptor(lengths, ctx):
         return None, None
     if _arrays.is_torch(lengths):
         torch = _arrays.torch_module()
-        if lengths.device.type == "cuda" and ctx.kind == "cuda":
+        on_gpu = lengths.device.type == "cuda" and ctx.kind == "cuda"
+        if (lengths.dtype == torch.int32 and lengths.is_contiguous() and
+                (lengths.device.index == ctx.index if on_gpu else lengths.device.type == "cpu")):
+            t = lengths  # already what the compiler reads: no conversion call
+        elif on_gpu:
             t = lengths.to(device=f"cuda:{ctx.index}", dtype=torch.int32).contiguous()
         else:
             t = lengths.to(device="cpu", dtype=torch.int32).contiguous()

@@ -1,8 +1,8 @@
 /*
  * compile_gpu.cu — the GPU mask compiler: spec -> two-level tile format with
  * no host round trip. The tiles of all instances (grid order: instance, tile
- * row, tile column) are cut into one contiguous chunk per block, the same
- * chunks in both kernels:
+ * row, tile column) are cut into one contiguous chunk per block, and each
+ * block runs two phases on its chunk:
  *
  *   classify  one thread per tile: interval reasoning (mask_eval.h) says
  *             empty / full / mixed / unknown; the block's warps settle its
@@ -13,6 +13,12 @@
  *             thousand at most), then writes row_ptr, col and bits in tile
  *             order and, one warp per tile, the bitmaps of its partial tiles.
  *
+ * The grid is one wave (four blocks per SM), so both phases run in one
+ * cooperative launch with a grid-wide barrier between them; a device that
+ * cannot hold the grid at once gets them as two kernels. A compile is then
+ * one allocation and one launch: at these sizes the host's launch calls, not
+ * the kernels, are most of its time.
+ *
  * The non-obvious choice: tiles are evaluated one 64-column word per lane
  * (mask_tile_word: ranges and periodic patterns for analytic parts, block
  * ranges for random and blocks parts), so a 64 x 64 bitmap is two steps of a
@@ -22,8 +28,9 @@
  * parameters with the host lengths: then a compile uploads nothing.
  *
  * The mask is one block sized by the plan's bounds (plan.c); the scratch
- * block (tile classes, block counts, and when needed the uploaded global
- * lists, block layouts, dense parts, parts and lengths) is freed in stream
+ * (tile classes, block counts, and when needed the uploaded global lists,
+ * block layouts, dense parts, parts and lengths) follows it in the same block
+ * unless it is the larger, when it is a block of its own freed in stream
  * order: nothing is read back and nothing waits. Writes past the bounds are
  * dropped and flagged in meta[2], never made. Lengths in device memory cannot
  * be checked without a round trip, so the kernels clamp them to [0, L] (the
@@ -34,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #define FULL_WARP 0xffffffffu
@@ -44,6 +52,8 @@
  * block can sum the counts of the blocks before it. */
 #define MIN_CHUNK 8
 #define MAX_BLOCKS 4096
+/* Blocks per SM the build kernel is compiled for (grid_shape sizes its grid by it). */
+#define BUILD_BLOCKS_PER_SM 4
 /* What travels in the kernel parameters (about 1.2 KB in all). */
 #define INLINE_PARTS 8
 #define INLINE_LENGTHS 32
@@ -231,16 +241,23 @@ __device__ static int block_sum(int v, int *red)
     return s;
 }
 
-/* ---------------------------------------------------------------- kernels */
+/* ---------------------------------------------------------------- phases */
 
-__global__ void __launch_bounds__(BLOCK_THREADS)
-    mask_classify_kernel(const __grid_constant__ compile_args a)
+/* Shared memory of the two phases (one block runs them one after the other). */
+struct classify_smem {
+    int32_t todo[BLOCK_THREADS]; /* unknown tiles of the step (thread slots) */
+    uint8_t cls[BLOCK_THREADS];
+    int n_todo;
+};
+struct place_smem {
+    int32_t plist[BLOCK_THREADS]; /* partial tiles of the step, in CSR order */
+    int warp_l[BLOCK_WARPS], warp_p[BLOCK_WARPS];
+};
+
+/* Classifies the block's chunk into a.cls and stores its listed and partial counts. */
+__device__ static void classify_chunk(const compile_args &a, const mask_eval &e, classify_smem &sh,
+                                      int *red)
 {
-    __shared__ int32_t len_sh[2 * INLINE_LENGTHS];
-    __shared__ int32_t todo[BLOCK_THREADS]; /* unknown tiles of the step (thread slots) */
-    __shared__ uint8_t cls_sh[BLOCK_THREADS];
-    __shared__ int n_todo, red[BLOCK_WARPS];
-    mask_eval e = stage_eval(a, len_sh);
     if (blockIdx.x == 0)
         for (int b = threadIdx.x; b < e.bm; b += BLOCK_THREADS) {
             a.len_q_out[b] = mask_len(e.len_q, e.len_q_stride, b, e.lq);
@@ -250,7 +267,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
     int64_t end = begin + a.chunk < a.n_tiles ? begin + a.chunk : a.n_tiles;
     int listed = 0, partial = 0;
     for (int64_t base = begin; base < end; base += BLOCK_THREADS) {
-        if (threadIdx.x == 0) n_todo = 0;
+        if (threadIdx.x == 0) sh.n_todo = 0;
         __syncthreads();
         int64_t t = base + threadIdx.x;
         int cls = MASK_TILE_EMPTY;
@@ -258,20 +275,20 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
             tile_ref x = tile_locate(e, t);
             cls = mask_tile_class(&e, x.b, x.h, x.lenq, x.lenk, x.r, x.c);
             /* mixed tiles are partial already */
-            if (cls == MASK_TILE_UNKNOWN) todo[atomicAdd(&n_todo, 1)] = threadIdx.x;
+            if (cls == MASK_TILE_UNKNOWN) sh.todo[atomicAdd(&sh.n_todo, 1)] = threadIdx.x;
         }
-        cls_sh[threadIdx.x] = (uint8_t)cls;
+        sh.cls[threadIdx.x] = (uint8_t)cls;
         __syncthreads();
-        for (int k = threadIdx.x >> 5; k < n_todo; k += BLOCK_WARPS) {
-            int slot = todo[k];
+        for (int k = threadIdx.x >> 5; k < sh.n_todo; k += BLOCK_WARPS) {
+            int slot = sh.todo[k];
             tile_ref x = tile_locate(e, base + slot);
             int settled =
                 a.dense ? tile_eval_warp(e, x, true, NULL) : tile_settle_words(e, x, a.wpr);
-            if (lane_id() == 0) cls_sh[slot] = (uint8_t)settled;
+            if (lane_id() == 0) sh.cls[slot] = (uint8_t)settled;
         }
         __syncthreads();
         if (t < end) {
-            cls = cls_sh[threadIdx.x];
+            cls = sh.cls[threadIdx.x];
             a.cls[t] = (uint8_t)cls;
             listed += cls == MASK_TILE_FULL || cls == MASK_TILE_MIXED;
             partial += cls == MASK_TILE_MIXED;
@@ -285,13 +302,11 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
     }
 }
 
-__global__ void __launch_bounds__(BLOCK_THREADS)
-    mask_place_kernel(const __grid_constant__ compile_args a)
+/* Writes the block's chunk of row_ptr, col, bits and bitmaps, after the counts
+ * of every block are stored. */
+__device__ static void place_chunk(const compile_args &a, const mask_eval &e, place_smem &sh,
+                                   int *red)
 {
-    __shared__ int32_t len_sh[2 * INLINE_LENGTHS];
-    __shared__ int32_t plist[BLOCK_THREADS]; /* partial tiles of the step, in CSR order */
-    __shared__ int warp_l[BLOCK_WARPS], warp_p[BLOCK_WARPS], red[BLOCK_WARPS];
-    mask_eval e = stage_eval(a, len_sh);
     int lane = lane_id(), wid = threadIdx.x >> 5;
     /* Entries and partial tiles of the blocks before this one. */
     int eoff = 0, poff = 0;
@@ -310,18 +325,18 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
         bool listed = k == MASK_TILE_FULL || k == MASK_TILE_MIXED, part = k == MASK_TILE_MIXED;
         unsigned vl = __ballot_sync(FULL_WARP, listed), vp = __ballot_sync(FULL_WARP, part);
         if (lane == 0) {
-            warp_l[wid] = __popc(vl);
-            warp_p[wid] = __popc(vp);
+            sh.warp_l[wid] = __popc(vl);
+            sh.warp_p[wid] = __popc(vp);
         }
         __syncthreads();
         int before_l = 0, before_p = 0, step_l = 0, step_p = 0;
         for (int w = 0; w < BLOCK_WARPS; w++) {
             if (w < wid) {
-                before_l += warp_l[w];
-                before_p += warp_p[w];
+                before_l += sh.warp_l[w];
+                before_p += sh.warp_p[w];
             }
-            step_l += warp_l[w];
-            step_p += warp_p[w];
+            step_l += sh.warp_l[w];
+            step_p += sh.warp_p[w];
         }
         int in_l = before_l + __popc(vl & lanes_below()),
             in_p = before_p + __popc(vp & lanes_below());
@@ -333,13 +348,13 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
                 a.col[pos] = c;
                 a.bits[pos] = (int32_t)idx;
             }
-            if (part) plist[in_p] = threadIdx.x;
+            if (part) sh.plist[in_p] = threadIdx.x;
         }
         __syncthreads();
         for (int n = wid; n < step_p; n += BLOCK_WARPS) {
             int64_t idx = (int64_t)poff + n;
             if (idx >= a.cap_partial) break;
-            tile_ref x = tile_locate(e, base + plist[n]);
+            tile_ref x = tile_locate(e, base + sh.plist[n]);
             uint64_t *out = a.bitmap + idx * words;
             if (a.dense)
                 tile_eval_warp(e, x, false, out);
@@ -357,6 +372,29 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
         a.meta[2] = eoff > a.cap_entries || poff > a.cap_partial;
         a.meta[3] = 0;
     }
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+/* The phases asked for, on the block's chunk. Both: one cooperative launch
+ * with a grid-wide barrier between them (four blocks of 256 threads fit an SM
+ * at 64 registers a thread, so the grid of grid_shape, at most four blocks per
+ * SM, is resident at once). One: a launch of its own, where a cooperative one
+ * cannot run. */
+template <bool CLASSIFY, bool PLACE>
+__global__ void __launch_bounds__(BLOCK_THREADS, BUILD_BLOCKS_PER_SM)
+    mask_build_kernel(const __grid_constant__ compile_args a)
+{
+    __shared__ int32_t len_sh[2 * INLINE_LENGTHS];
+    __shared__ int red[BLOCK_WARPS];
+    __shared__ union {
+        classify_smem c;
+        place_smem p;
+    } sh;
+    mask_eval e = stage_eval(a, len_sh);
+    if (CLASSIFY) classify_chunk(a, e, sh.c, red);
+    if (CLASSIFY && PLACE) cooperative_groups::this_grid().sync();
+    if (PLACE) place_chunk(a, e, sh.p, red);
 }
 
 /* ---------------------------------------------------------------- host side */
@@ -390,11 +428,12 @@ typedef struct scratch_plan {
     int64_t chunk, n_blocks;
 } scratch_plan;
 
-/* Tiles per block: one wave of blocks (four per SM, as the kernels' 64
- * registers a thread allow), at least MIN_CHUNK tiles, at most MAX_BLOCKS. */
+/* Tiles per block: one wave of blocks (BUILD_BLOCKS_PER_SM per SM, as the
+ * kernels' 64 registers a thread allow), at least MIN_CHUNK tiles, at most
+ * MAX_BLOCKS. */
 static void grid_shape(const stof_ctx *ctx, int64_t n_tiles, int64_t *chunk, int64_t *n_blocks)
 {
-    int64_t target = ctx->sm_count > 0 ? 4 * (int64_t)ctx->sm_count : 512;
+    int64_t target = ctx->sm_count > 0 ? BUILD_BLOCKS_PER_SM * (int64_t)ctx->sm_count : 512;
     int64_t c = stof_cdiv(n_tiles, target);
     if (c < MIN_CHUNK) c = MIN_CHUNK;
     if (c < stof_cdiv(n_tiles, MAX_BLOCKS)) c = stof_cdiv(n_tiles, MAX_BLOCKS);
@@ -527,13 +566,63 @@ static stof_status upload(stof_ctx *ctx, void *dst, const void *src, size_t byte
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)ctx->stream));
 }
 
+/* Per device ordinal: blocks of the build kernel resident at once (0: not
+ * known yet, -1: no cooperative launch there). */
+#define CAPACITY_DEVICES 64
+static int coop_capacity_cache[CAPACITY_DEVICES];
+static int coop_disabled; /* mask_gpu_set_cooperative(false) */
+
+/* Blocks of the build kernel the ctx's device holds at once with the most
+ * shared memory a spec can ask (parts not inline); 0 when it cannot launch
+ * the kernel cooperatively. */
+static int coop_capacity(const stof_ctx *ctx)
+{
+    int dev = ctx->gpu_index;
+    if (dev < 0 || dev >= CAPACITY_DEVICES) return 0;
+    int cap = __atomic_load_n(&coop_capacity_cache[dev], __ATOMIC_RELAXED);
+    if (cap == 0) {
+        int coop = 0, per_sm = 0;
+        size_t smem = (size_t)MASK_MAX_PARTS * sizeof(mask_part_eval);
+        if (cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mask_build_kernel<true, true>,
+                                                          BLOCK_THREADS, smem) != cudaSuccess)
+            coop = per_sm = 0;
+        (void)cudaGetLastError();
+        cap = coop && per_sm > 0 ? per_sm * ctx->sm_count : -1;
+        __atomic_store_n(&coop_capacity_cache[dev], cap, __ATOMIC_RELAXED);
+    }
+    return cap > 0 ? cap : 0;
+}
+
+extern "C" void mask_gpu_set_cooperative(bool on)
+{
+    coop_disabled = !on;
+}
+
+extern "C" bool mask_gpu_one_launch(const stof_ctx *ctx)
+{
+    return !coop_disabled && coop_capacity(ctx) >= BUILD_BLOCKS_PER_SM * ctx->sm_count;
+}
+
+/* One cooperative launch when the grid is resident at once, else the two phase
+ * kernels (a launch refused as too large, as under a limit on the SMs a
+ * process may use, falls back too). */
 static stof_status launch(stof_ctx *ctx, const scratch_plan *s, const compile_args *a)
 {
     cudaStream_t st = (cudaStream_t)ctx->stream;
     size_t smem = (size_t)a->e.n_parts * sizeof(mask_part_eval);
     unsigned blocks = (unsigned)s->n_blocks;
-    mask_classify_kernel<<<blocks, BLOCK_THREADS, smem, st>>>(*a);
-    mask_place_kernel<<<blocks, BLOCK_THREADS, smem, st>>>(*a);
+    if (!coop_disabled && s->n_blocks <= coop_capacity(ctx)) {
+        void *args[1] = {(void *)a};
+        cudaError_t e = cudaLaunchCooperativeKernel((const void *)mask_build_kernel<true, true>, blocks,
+                                                    BLOCK_THREADS, args, smem, st);
+        if (e != cudaErrorCooperativeLaunchTooLarge)
+            return stof_cuda_status((int)e, "cudaLaunchCooperativeKernel(mask_build_kernel)",
+                                    __FILE__, __LINE__);
+        (void)cudaGetLastError();
+    }
+    mask_build_kernel<true, false><<<blocks, BLOCK_THREADS, smem, st>>>(*a);
+    mask_build_kernel<false, true><<<blocks, BLOCK_THREADS, smem, st>>>(*a);
     return STOF_CUDA(cudaGetLastError());
 }
 
@@ -561,12 +650,21 @@ extern "C" stof_status mask_gpu_build(stof_ctx *ctx, const stof_mask_spec *spec,
     m->cap_entries = plan->cap_entries;
     m->cap_partial = plan->cap_partial;
     scratch_plan s = scratch_layout(ctx, spec, plan);
+    /* The scratch rides at the end of the mask's block (one allocation, freed
+     * with the mask) unless it is larger than the mask: host dense parts, or
+     * tile classes of a very sparse mask, get a block of their own, freed once
+     * the build is enqueued. */
+    const bool joint = s.total <= m->lay.total;
     void *out = NULL, *scr = NULL;
     char *blob = NULL;
     mask_part_eval parts[MASK_MAX_PARTS];
     compile_args args;
-    STOF_TRY(stof_dev_alloc(ctx, m->lay.total, &out));
-    stof_status st = stof_dev_alloc(ctx, s.total, &scr);
+    STOF_TRY(stof_dev_alloc(ctx, m->lay.total + (joint ? s.total : 0), &out));
+    stof_status st = STOF_OK;
+    if (joint)
+        scr = (char *)out + m->lay.total;
+    else
+        st = stof_dev_alloc(ctx, s.total, &scr);
     if (st == STOF_OK && s.blob_end) st = stof_host_calloc(1, s.blob_end, (void **)&blob);
     if (st == STOF_OK) {
         fill_parts(spec, plan, &s, (char *)scr, blob, parts);
@@ -585,12 +683,12 @@ extern "C" stof_status mask_gpu_build(stof_ctx *ctx, const stof_mask_spec *spec,
         if (st == STOF_OK) {
             m->replay->s = s;
             m->replay->args = args;
-            m->scratch = scr;
+            if (!joint) m->scratch = scr;
             scr = NULL;
         }
     }
     free(blob);
-    stof_dev_free(ctx, scr);
+    if (!joint) stof_dev_free(ctx, scr);
     if (st != STOF_OK) {
         stof_dev_free(ctx, out);
         return st;

@@ -72,7 +72,8 @@ struct stof_mask {
     int64_t cap_entries, cap_partial;
     int64_t entries, partial;   /* -1 while only the device knows them */
     mask_tiles_host *host_copy; /* filled by the first stats/decode of a device mask */
-    void *scratch;              /* reusable GPU mask: the builder's device scratch */
+    void *scratch;              /* reusable GPU mask: the builder's device scratch, when it
+                                   is a block of its own (else it follows storage) */
     struct mask_gpu_replay *replay; /* reusable GPU mask: the builder's launch, kept */
 };
 
@@ -128,6 +129,12 @@ stof_status mask_gpu_build(stof_ctx *ctx, const stof_mask_spec *spec, const mask
                            bool reusable, stof_mask *m);
 /* Enqueues the kept launch of a reusable GPU mask again (stof_mask_rebuild). */
 stof_status mask_gpu_relaunch(stof_mask *m);
+/* Whether GPU builds may run as one cooperative launch (default: yes, where the
+ * device holds the grid at once); off forces the two-kernel form, for tests.
+ * Not thread-safe: set it before compiling. */
+void mask_gpu_set_cooperative(bool on);
+/* True when every build on the ctx's device runs as one cooperative launch. */
+bool mask_gpu_one_launch(const stof_ctx *ctx);
 /* Releases a reusable mask's kept launch (not its scratch: the caller frees that). */
 void mask_gpu_replay_free(struct mask_gpu_replay *r);
 

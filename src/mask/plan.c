@@ -540,7 +540,7 @@ static stof_status bound_prepare(bound_ctx *bc)
 
 static void bound_release(bound_ctx *bc)
 {
-    for (int k = 0; k < MASK_MAX_PARTS; k++) {
+    for (int k = 0; k < bc->spec->n_parts; k++) {
         free(bc->list_tok[k]);
         free(bc->list_full[k]);
     }
@@ -583,9 +583,11 @@ static void bound_entry(const bound_ctx *bc, int64_t lenq, int64_t lenk, bool le
 stof_status mask_plan_bound(const stof_mask_spec *spec, mask_plan *plan)
 {
     bound_ctx bc;
-    memset(&bc, 0, sizeof bc);
     bc.plan = plan;
     bc.spec = spec;
+    bc.has_blocks = bc.head_blocks = false;
+    memset(bc.list_tok, 0, (size_t)spec->n_parts * sizeof bc.list_tok[0]);
+    memset(bc.list_full, 0, (size_t)spec->n_parts * sizeof bc.list_full[0]);
     stof_status st = bound_prepare(&bc);
     int64_t t_total = 0, c_total = 0, t = 0, c = 0, t_max = 0, t_row_max = 0, listed = 0, l = 0;
     if (st == STOF_OK) {
