@@ -51,7 +51,8 @@
  * the second captures the mask build (a reusable mask reading the lengths
  * from the device inputs; a branch of the graph beside the embeddings and
  * the first QKV GEMM, joining at the first attention: at BERT-base (1, 128)
- * its two kernels took 7.8 us ahead of the embeddings) and every layer, and
+ * the build took 7.8 us ahead of the embeddings when it was two kernels;
+ * it is one cooperative launch now) and every layer, and
  * later ones replay it. Inputs go
  * up before the launch and outputs come out after it, so nothing the caller
  * owns is baked into a graph. Masks whose text does not describe them (dense
