@@ -614,8 +614,8 @@ static stof_status launch(stof_ctx *ctx, const scratch_plan *s, const compile_ar
     unsigned blocks = (unsigned)s->n_blocks;
     if (!coop_disabled && s->n_blocks <= coop_capacity(ctx)) {
         void *args[1] = {(void *)a};
-        cudaError_t e = cudaLaunchCooperativeKernel((const void *)mask_build_kernel<true, true>, blocks,
-                                                    BLOCK_THREADS, args, smem, st);
+        const void *both = (const void *)mask_build_kernel<true, true>;
+        cudaError_t e = cudaLaunchCooperativeKernel(both, blocks, BLOCK_THREADS, args, smem, st);
         if (e != cudaErrorCooperativeLaunchTooLarge)
             return stof_cuda_status((int)e, "cudaLaunchCooperativeKernel(mask_build_kernel)",
                                     __FILE__, __LINE__);
