@@ -28,6 +28,10 @@ the smallest sdpa_flash_ms / stof_ms over the dense cases, max_mask_share the
 largest stof_mask_ms / stof_ms (the target's definition), and beside it
 mask_share_per_layer_12 the largest stof_mask_ms / (12 x stof_ms): a mask is
 compiled once per batch and serves every layer of a 12-layer encoder.
+mask_timing_floor_ms is what the mask-build timing reads for a build that does
+nothing (timing_floor_call_ms: for one call into libstof, stof.version()): no
+compile can measure below it, so the share target is out of reach of any
+compile wherever 0.01 x stof_ms is below it.
 
     PYTHONPATH=python python3 bench/compare_attention.py [--all] [--out FILE.json]
 """
@@ -334,7 +338,7 @@ def run_case(torch, stof, flex, timer, dev, shape, name, args, l2_bytes, skip):
 
 # ---------------------------------------------------------------- reporting
 
-def summarize(cases):
+def summarize(cases, floors=(None, None)):
     target = [c for c in cases if c["L"] in TARGET_L and c["D"] == 64] or cases
     vs_flex = [c["flex_ms"] / c["stof_ms"] for c in target if c["flex_ms"] and c["stof_ms"]]
     dense = [c["sdpa_flash_ms"] / c["stof_ms"] for c in cases
@@ -343,11 +347,13 @@ def summarize(cases):
              if c["stof_mask_ms"] is not None and c["stof_ms"]]
     per_layer = [x / ENCODER_LAYERS for x in share]
     r = lambda x: None if x is None else round(x, 4)
+    r5 = lambda x: None if x is None else round(x, 5)
     return {"geomean_vs_flex": r(geomean(vs_flex)),
             "min_vs_flex": r(min(vs_flex, default=None)),
             "dense_vs_sdpa": r(min(dense, default=None)),
             "max_mask_share": r(max(share, default=None)),
-            "mask_share_per_layer_12": r(max(per_layer, default=None))}
+            "mask_share_per_layer_12": r(max(per_layer, default=None)),
+            "mask_timing_floor_ms": r5(floors[0]), "timing_floor_call_ms": r5(floors[1])}
 
 
 def print_table(cases, file=None):
@@ -391,6 +397,10 @@ def print_summary(s, file=None):
     print(f"largest mask compile / ({ENCODER_LAYERS} x attention), one compile serving every "
           f"layer of a {ENCODER_LAYERS}-layer encoder: {fmt(s['mask_share_per_layer_12'], '.4f')} "
           f"(context only; the target reads the line above)", file=file)
+    if s.get("mask_timing_floor_ms") is not None:
+        print(f"mask-build timing of a build that does nothing: "
+              f"{fmt(s['mask_timing_floor_ms'], '.5f')} ms, of one call into libstof: "
+              f"{fmt(s['timing_floor_call_ms'], '.5f')} ms (no compile measures less)", file=file)
 
 
 def write_chart(cases, path, title):
@@ -480,7 +490,10 @@ def main(argv=None):
             for p in problems:
                 print(f"    {p}", flush=True)
 
-    summary = summarize(cases)
+    floors = (None, None)
+    if timer.cuda:  # what the build timing reads for no work, and for one library call
+        floors = (timer.build_ms(lambda: None), timer.build_ms(stof.version))
+    summary = summarize(cases, floors)
     result = {"device": device_name, "date": date, "commit": git_commit(),
               "command": "python3 " + shlex.join(sys.argv if argv is None else
                                                  ["bench/compare_attention.py", *argv]),

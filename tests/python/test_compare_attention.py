@@ -19,7 +19,7 @@ SCHEMA = ["B", "H", "L", "D", "mask", "density", "kernel", "stof_ms", "stof_mask
           "flex_mask_ms", "flex_options", "sdpa_flash_ms", "sdpa_mask_ms", "max_rel_err",
           "flex_max_rel_err"]
 SUMMARY = ["geomean_vs_flex", "min_vs_flex", "dense_vs_sdpa", "max_mask_share",
-           "mask_share_per_layer_12"]
+           "mask_share_per_layer_12", "mask_timing_floor_ms", "timing_floor_call_ms"]
 
 
 @pytest.mark.parametrize("name", ["bigbird", "varlen", "longformer"])
@@ -81,6 +81,9 @@ def test_summary_arithmetic():
     assert s["max_mask_share"] == pytest.approx(0.02)
     assert s["mask_share_per_layer_12"] == pytest.approx(0.02 / 12, abs=1e-4)
     assert list(s) == SUMMARY
+    assert s["mask_timing_floor_ms"] is None and s["timing_floor_call_ms"] is None
+    floors = ca.summarize(cases, (0.0031234, 0.0042345))
+    assert floors["mask_timing_floor_ms"] == 0.00312 and floors["timing_floor_call_ms"] == 0.00423
     empty = ca.summarize([case(1024, "window", None, None)])
     assert empty == dict.fromkeys(SUMMARY)
 
@@ -90,11 +93,12 @@ def test_schema_and_writers(tmp_path, capsys):
     cases = [case(1024, m, 0.1 * (i + 1), 0.3) for i, m in enumerate(bench_masks.BENCH_MASKS)]
     cases += [case(4096, m, 0.2, 0.5) for m in bench_masks.BENCH_MASKS]
     ca.print_table(cases)
-    ca.print_summary(ca.summarize(cases))
+    ca.print_summary(ca.summarize(cases, (0.003, 0.004)))
     cases[5]["flex_options"] = {"BLOCK_M": 64, "BLOCK_N": 64}
     ca.print_table(cases)
     text = capsys.readouterr().out
     assert "bigbird" in text and "target >= 2.0" in text and "12-layer encoder" in text
+    assert "build that does nothing: 0.00300 ms" in text
     assert "0.300*" in text and "kernel_options {'BLOCK_M': 64, 'BLOCK_N': 64}" in text
     pytest.importorskip("matplotlib")
     png = ca.write_chart(cases, str(tmp_path / "chart.png"), "test")
