@@ -346,14 +346,13 @@ def summarize(cases, floors=(None, None)):
     share = [c["stof_mask_ms"] / c["stof_ms"] for c in cases
              if c["stof_mask_ms"] is not None and c["stof_ms"]]
     per_layer = [x / ENCODER_LAYERS for x in share]
-    r = lambda x: None if x is None else round(x, 4)
-    r5 = lambda x: None if x is None else round(x, 5)
+    r = lambda x, digits=4: None if x is None else round(x, digits)
     return {"geomean_vs_flex": r(geomean(vs_flex)),
             "min_vs_flex": r(min(vs_flex, default=None)),
             "dense_vs_sdpa": r(min(dense, default=None)),
             "max_mask_share": r(max(share, default=None)),
             "mask_share_per_layer_12": r(max(per_layer, default=None)),
-            "mask_timing_floor_ms": r5(floors[0]), "timing_floor_call_ms": r5(floors[1])}
+            "mask_timing_floor_ms": r(floors[0], 5), "timing_floor_call_ms": r(floors[1], 5)}
 
 
 def print_table(cases, file=None):
