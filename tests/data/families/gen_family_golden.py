@@ -11,12 +11,15 @@ model.safetensors, or shards with model.safetensors.index.json) and <case>.golde
   logits [B, L, V] f32 (decoders; zero past a length),
   hidden_masked / logits_masked: the same with the stof mask spec MASK_SPEC intersected
       with the family's own masks (given to HF's eager attention as an extra additive mask),
-  inv_freq [rot/2] f32 (llama: the llama3-scaled rotary frequencies HF uses).
+  inv_freq [rot/2] f32 (llama: the llama3-scaled rotary frequencies HF uses),
+and for decoders <case>.ids (the batch's sequences, one line of ids each, for `stof score`)
+and <case>.score (each sequence's log-likelihood and perplexity from HF's logits).
 Weights are redrawn at a larger scale than HF's init so that every layer matters. The
 bf16 case rounds its weights to bf16 first and computes the golden outputs in fp32 from
 the rounded weights, then stores the checkpoint in bf16.
 """
 
+import math
 import os
 import sys
 
@@ -105,6 +108,16 @@ def run(model, ids, att, decoder):
     return out
 
 
+def write_score(case, ids, logits):
+    with open(os.path.join(HERE, case + ".ids"), "w") as f_ids, \
+            open(os.path.join(HERE, case + ".score"), "w") as f_score:
+        for b, n in enumerate(LENGTHS):
+            f_ids.write(" ".join(str(int(t)) for t in ids[b, :n]) + "\n")
+            logp = torch.log_softmax(logits[b, :n], dim=-1)
+            ll = sum(logp[i, ids[b, i + 1]].item() for i in range(n - 1))
+            f_score.write("%.6f %.6g\n" % (ll, math.exp(-ll / (n - 1))))
+
+
 def save(case, model, decoder, seed, bf16=False, shard=None, extra=None):
     redraw(model, seed)
     if bf16:  # parameters only: buffers such as rotary inv_freq stay fp32, as when loaded
@@ -123,6 +136,8 @@ def save(case, model, decoder, seed, bf16=False, shard=None, extra=None):
     kwargs = {"max_shard_size": shard} if shard else {}
     model.save_pretrained(folder, **kwargs)
     save_file(out, os.path.join(HERE, case + ".golden.safetensors"), metadata={"mask": MASK_SPEC})
+    if decoder:
+        write_score(case, ids, out["logits"].double())
     print(case, "->", sorted(os.listdir(folder)))
 
 
