@@ -1,9 +1,11 @@
-"""model.py — stof.Model: a BERT-family model folder (Hugging Face or sentence-transformers
-layout) loaded into stof, with its WordPiece tokenizer.
+"""model.py — stof.Model: a model folder of any family stof runs (BERT, GPT-2, LLaMA /
+Mistral / Qwen2, ModernBERT; Hugging Face or sentence-transformers layout, sharded or not)
+loaded into stof, with its WordPiece tokenizer where it has one.
 
     model = stof.Model.from_pretrained("models/all-MiniLM-L6-v2")
     emb = model.encode(["A man is playing a guitar.", "Someone plays music."])
     hidden = model(input_ids, attention_mask, mask="window:64")   # torch tensors
+    logits = model.logits(input_ids, attention_mask)              # decoders: [B, vocab]
 
 encode() follows sentence-transformers: texts sorted by length so that batches pad little,
 tokenized by the C tokenizer (truncated at the folder's max_seq_length), the folder's
@@ -71,7 +73,7 @@ _PREPARED_SHAPES = 16
 _DTYPE_ALIASES = {"float32": _lib.F32, "fp32": _lib.F32, "f32": _lib.F32, "float": _lib.F32,
                   "float16": _lib.F16, "fp16": _lib.F16, "f16": _lib.F16, "half": _lib.F16,
                   "bfloat16": _lib.BF16, "bf16": _lib.BF16}
-_POOLING_NAMES = {0: "mean", 1: "cls"}
+_POOLING_NAMES = {0: "mean", 1: "cls", 2: "lasttoken"}
 
 
 def _dtype_code(dtype):
@@ -175,7 +177,8 @@ def _device_tensor(code, shape, stride):
 
 
 class Model:
-    """A BERT encoder loaded by stof. Make one with Model.from_pretrained(dir)."""
+    """A model loaded by stof (any supported family). Make one with
+    Model.from_pretrained(dir)."""
 
     def __init__(self, path, ctx, handle):
         self.path = path
@@ -234,7 +237,9 @@ class Model:
                 "layer_norm_eps": float(i.layer_norm_eps),
                 "dtype": _DTYPE_NAMES.get(i.dtype, str(i.dtype)),
                 "pooling": _POOLING_NAMES.get(i.pooling, str(i.pooling)),
-                "normalize": bool(i.normalize), "device": self.device}
+                "normalize": bool(i.normalize), "device": self.device,
+                "family": i.family.decode(), "model_type": i.model_type.decode(),
+                "kv_heads": i.kv_heads, "is_decoder": bool(i.is_decoder)}
 
     @property
     def tokenizer(self):
@@ -276,13 +281,17 @@ class Model:
 
     # -- running
 
-    def _forward(self, ids, lengths, types, hidden, pooled, mask, attention_mask=None):
+    def _forward(self, ids, lengths, types, hidden, pooled, mask, attention_mask=None,
+                 logits=None, logits_all=False):
         """One stof_model_forward; arguments are stof tensor descriptions (or None)."""
         params = _ForwardParams.from_buffer_copy(self._params)
         spec = None if mask is None else as_mask(mask)
         params.mask = spec._handle if spec is not None else None
         if attention_mask is not None:
             params.attention_mask = ctypes.pointer(attention_mask)
+        if logits is not None:
+            params.logits = ctypes.pointer(logits)
+            params.logits_all = 1 if logits_all else 0
 
         def ref(t):
             return ctypes.byref(t) if t is not None else None
@@ -308,6 +317,9 @@ class Model:
             hidden = hidden.cpu().numpy()
         if self._info.pooling == 1:
             return hidden[:, 0, :].copy()
+        if self._info.pooling == 2:
+            last = np.maximum(lengths, 1) - 1
+            return (hidden[np.arange(B), last, :] * (lengths > 0)[:, None]).astype(np.float32)
         valid = np.arange(L)[None, :] < lengths[:, None]
         sums = (hidden * valid[:, :, None]).sum(axis=1)
         return (sums / np.maximum(lengths, 1)[:, None]).astype(np.float32)
@@ -383,6 +395,23 @@ class Model:
                       _arrays.describe(hidden), None, mask,
                       _arrays.describe(am) if am is not None else None)
         return hidden
+
+    def logits(self, input_ids, attention_mask=None, mask=None, all_tokens=False):
+        """Decoders: float32 logits of the last real token of each sequence [B, vocab], or
+        of every token [B, L, vocab] with all_tokens=True (zeros at padding), as a torch
+        tensor on the model's device. Arguments as for model(...); an encoder raises
+        StofError."""
+        self._check_open()
+        torch = _torch()
+        ids = self._token_tensor(torch, input_ids, "input_ids")
+        B, L = ids.shape
+        am = self._attention_mask(torch, attention_mask, B, L)
+        shape = (B, L, self._info.vocab) if all_tokens else (B, self._info.vocab)
+        out = torch.empty(shape, dtype=torch.float32, device=torch.device(self.device))
+        self._forward(_arrays.describe(ids), None, None, None, None, mask,
+                      _arrays.describe(am) if am is not None else None,
+                      logits=_arrays.describe(out), logits_all=all_tokens)
+        return out
 
     def _call_device(self, torch, ids, am):
         """The usual GPU call in few steps: int32/int64 ids and an int32/int64/uint8
