@@ -48,6 +48,10 @@ class _ForwardParams(Structure):
                 ("logits", _P(_lib.Tensor)), ("logits_all", c_int)]
 
 
+class _EmbedParams(Structure):
+    _fields_ = [("batch", c_int), ("max_length", c_int), ("mask", c_void_p)]
+
+
 _T = _P(_lib.Tensor)
 _lib._SIGNATURES.update({
     "stof_model_default_params": (_ModelParams, []),
@@ -56,6 +60,9 @@ _lib._SIGNATURES.update({
     "stof_model_get_info": (c_int, [c_void_p, _P(_ModelInfo)]),
     "stof_forward_default_params": (_ForwardParams, []),
     "stof_model_forward": (c_int, [c_void_p, _P(_ForwardParams), _T, _T, _T, _T, _T]),
+    "stof_embed_default_params": (_EmbedParams, []),
+    "stof_model_embed": (c_int, [c_void_p, c_void_p, _P(c_char_p), _P(c_size_t), ctypes.c_int64,
+                                 _P(_EmbedParams), _P(c_float)]),
     "stof_tokenizer_open": (c_int, [c_char_p, _P(c_void_p)]),
     "stof_tokenizer_destroy": (None, [c_void_p]),
     "stof_tokenizer_max_length": (c_int, [c_void_p, c_int]),
@@ -324,6 +331,22 @@ class Model:
         sums = (hidden * valid[:, :, None]).sum(axis=1)
         return (sums / np.maximum(lengths, 1)[:, None]).astype(np.float32)
 
+    def _embed(self, texts, batch_size, max_len, mask, out):
+        """stof_model_embed: the library's embedding pipeline (shared with `stof embed`)."""
+        raw = [_utf8(t, i) for i, t in enumerate(texts)]
+        n = len(raw)
+        ptrs = (c_char_p * n)(*raw)
+        lens = (c_size_t * n)(*[len(b) for b in raw])
+        params = _lib.fn("stof_embed_default_params")()
+        params.batch = _lib.c_int(batch_size, "batch_size")
+        params.max_length = max_len
+        spec = None if mask is None else as_mask(mask)
+        params.mask = spec._handle if spec is not None else None
+        with self._lock, _on_device(self._ctx):
+            self._ctx.follow_torch_stream()
+            _lib.call("stof_model_embed", self._handle, self.tokenizer._handle, ptrs, lens, n,
+                      ctypes.byref(params), out.ctypes.data_as(_P(c_float)))
+
     def encode(self, sentences, batch_size=32, normalize=None, as_torch=False, max_length=None,
                mask=None):
         """Sentence embeddings as sentence-transformers computes them: a float32 numpy
@@ -344,21 +367,19 @@ class Model:
         H = self._info.hidden
         out = np.empty((len(texts), H), dtype=np.float32)
         model_normalizes = bool(self._info.normalize)
-        use_pooled = normalize is None or bool(normalize) == model_normalizes
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        for start in range(0, len(texts), batch_size):
-            idx = order[start:start + batch_size]
-            ids, lengths = self.tokenizer.batch([texts[i] for i in idx], max_len)
-            if use_pooled:
-                pooled = np.empty((len(idx), H), dtype=np.float32)
-                self._forward(_arrays.describe(ids), _arrays.describe(lengths), None, None,
-                              _arrays.describe(pooled), mask)
-            else:
+        if texts and (normalize is None or bool(normalize) == model_normalizes):
+            self._embed(texts, batch_size, max_len, mask, out)
+        else:
+            # The folder's normalisation overridden: pool the hidden states here.
+            order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+            for start in range(0, len(texts), batch_size):
+                idx = order[start:start + batch_size]
+                ids, lengths = self.tokenizer.batch([texts[i] for i in idx], max_len)
                 pooled = self._pool_from_hidden(ids, lengths, mask)
                 if normalize:
                     norms = np.linalg.norm(pooled, axis=1, keepdims=True)
                     pooled = pooled / np.maximum(norms, 1e-12)
-            out[idx] = pooled
+                out[idx] = pooled
         if single:
             out = out[0]
         if as_torch:
