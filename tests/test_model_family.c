@@ -279,29 +279,31 @@ static void check_errors(stof_ctx *ctx)
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/stof_family_%d", (int)getpid());
     mkdir(tmp_dir, 0700);
     stof_model *m = NULL;
+    /* Configs beside the gpt2 weights: each load fails with a message naming the problem. */
     const char *base = "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_head\": 4, "
                        "\"vocab_size\": 512, \"n_positions\": 32, ";
-    char cfg[512];
-    snprintf(cfg, sizeof cfg, "{\"model_type\": \"t5\", \"d_model\": 64}");
-    gpt2_variant(cfg);
-    CHECK_FAIL(stof_model_load(ctx, tmp_dir, NULL, &m), STOF_ERR_UNSUPPORTED,
-               "model_type \"t5\" is not supported");
-    snprintf(cfg, sizeof cfg, "%s\"n_layer\": 3}", base);
-    gpt2_variant(cfg);
-    CHECK_FAIL(stof_model_load(ctx, tmp_dir, NULL, &m), STOF_ERR_FORMAT,
-               "tensor \"transformer.h.2.ln_1.weight\" is missing");
-    snprintf(cfg, sizeof cfg, "%s\"n_layer\": 2, \"n_inner\": 200}", base);
-    gpt2_variant(cfg);
-    CHECK_FAIL(stof_model_load(ctx, tmp_dir, NULL, &m), STOF_ERR_FORMAT,
-               "\"transformer.h.0.mlp.c_fc.weight\" has shape [64, 256], expected [64, 200]");
-    snprintf(cfg, sizeof cfg, "%s\"n_layer\": 2, \"activation_function\": \"mish\"}", base);
-    gpt2_variant(cfg);
-    CHECK_FAIL(stof_model_load(ctx, tmp_dir, NULL, &m), STOF_ERR_UNSUPPORTED,
-               "activation_function \"mish\" is not supported");
-    snprintf(cfg, sizeof cfg, "%s\"n_layer\": \"two\"}", base);
-    gpt2_variant(cfg);
-    CHECK_FAIL(stof_model_load(ctx, tmp_dir, NULL, &m), STOF_ERR_FORMAT,
-               "\"n_layer\" must be an integer");
+    static const struct {
+        const char *tail; /* after base; NULL: the config is "{model_type t5}" */
+        stof_status status;
+        const char *needle;
+    } variants[] = {
+        {NULL, STOF_ERR_UNSUPPORTED, "model_type \"t5\" is not supported"},
+        {"\"n_layer\": 3}", STOF_ERR_FORMAT, "tensor \"transformer.h.2.ln_1.weight\" is missing"},
+        {"\"n_layer\": 2, \"n_inner\": 200}", STOF_ERR_FORMAT,
+         "\"transformer.h.0.mlp.c_fc.weight\" has shape [64, 256], expected [64, 200]"},
+        {"\"n_layer\": 2, \"activation_function\": \"mish\"}", STOF_ERR_UNSUPPORTED,
+         "activation_function \"mish\" is not supported"},
+        {"\"n_layer\": \"two\"}", STOF_ERR_FORMAT, "\"n_layer\" must be an integer"},
+    };
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        char cfg[512];
+        if (variants[i].tail)
+            snprintf(cfg, sizeof cfg, "%s%s", base, variants[i].tail);
+        else
+            snprintf(cfg, sizeof cfg, "{\"model_type\": \"t5\", \"d_model\": 64}");
+        gpt2_variant(cfg);
+        CHECK_FAIL(stof_model_load(ctx, tmp_dir, NULL, &m), variants[i].status, variants[i].needle);
+    }
     CHECK(m == NULL, "failed loads leave no model");
     char path[512];
     snprintf(path, sizeof path, "%s/config.json", tmp_dir);
