@@ -304,6 +304,11 @@ static void check_errors(stof_ctx *ctx)
         gpt2_variant(cfg);
         CHECK_FAIL(stof_model_load(ctx, tmp_dir, NULL, &m), variants[i].status, variants[i].needle);
     }
+    /* Sizes no machine holds fail on the first shape, before any allocation. */
+    gpt2_variant("{\"model_type\": \"gpt2\", \"n_embd\": 65536, \"n_head\": 4, \"n_layer\": 1000, "
+                 "\"vocab_size\": 16777216, \"n_positions\": 32}");
+    CHECK_FAIL(stof_model_load(ctx, tmp_dir, NULL, &m), STOF_ERR_FORMAT,
+               "\"transformer.wte.weight\" has shape [512, 64], expected [16777216, 65536]");
     CHECK(m == NULL, "failed loads leave no model");
     char path[512];
     snprintf(path, sizeof path, "%s/config.json", tmp_dir);
