@@ -173,7 +173,7 @@ void cpu_activation_fast(int threads, float *x, int64_t n, stof_act act)
 void cpu_linear_fast(int threads, const float *x, const float *w, const float *bias, float *y,
                      int64_t m, int64_t n, int64_t k, stof_act act)
 {
-    cpu_linear(x, w, NULL, y, m, n, k, CPU_ACT_NONE);
+    cpu_linear(x, w, NULL, y, m, n, k, ACT_NONE);
     cpu_bias_act_fast(threads, y, bias, m, n, act);
 }
 
