@@ -5,7 +5,8 @@
  * inputs: dense, causal, window, dilated (split into residue classes),
  * longformer, bigbird, lengths, packed batches with their own cu_seqlens,
  * Lq != Lk, GQA, every tile shape, odd head dims, strided views, three
- * dtypes, and each instruction set the machine runs. Outputs are poisoned
+ * dtypes, and each instruction set the machine runs; then the executor's
+ * entry over packed QKV rows (attn_cpu_fast_rows). Outputs are poisoned
  * first, so a row left unwritten fails.
  */
 #include "attn/attn_cpu_fast.h"
@@ -258,6 +259,64 @@ static void gqa_cases(stof_ctx *ctx, const char *isa)
         run_case(ctx, &cases[i], isa);
 }
 
+/* attn_cpu_fast_rows: q, k, v as column blocks of packed rows, as the CPU
+ * executor holds them after its QKV projection, GQA included. */
+static void rows_case(stof_ctx *ctx, const char *text, int B, int L, int H, int Hk, int D)
+{
+    int32_t lens[8], cu[9] = {0};
+    for (int b = 0; b < B; b++) {
+        lens[b] = (int32_t)test_rng_int(&rng, 0, L);
+        cu[b + 1] = cu[b] + lens[b];
+    }
+    int64_t T = cu[B], width = (int64_t)(H + 2 * Hk) * D;
+    stof_mask_spec *spec = NULL;
+    CHECK_OK(stof_mask_spec_parse(text, &spec));
+    int64_t bshape[1] = {B};
+    stof_tensor tl = stof_tensor_make(lens, STOF_I32, STOF_MEM_HOST, 1, bshape);
+    stof_mask_params mp = stof_mask_default_params();
+    mp.batch = B;
+    mp.heads = H;
+    mp.len_q = mp.len_k = L;
+    mp.lengths_q = &tl;
+    stof_mask *mask = NULL;
+    CHECK_OK(stof_mask_compile(ctx, spec, &mp, &mask));
+    float *qkv = malloc((size_t)(T * width + 1) * 4), *out = malloc((size_t)(T * H * D + 1) * 4);
+    test_fill_uniform(&rng, qkv, T * width, -2.0f, 2.0f);
+    test_poison_f32(out, T * H * D);
+    float scale = 1.0f / sqrtf((float)D);
+    CHECK_OK(attn_cpu_fast_rows(qkv, out, T, B, L, H, Hk, D, cu, mask, scale));
+    float *q = malloc((size_t)L * D * 4), *k = malloc((size_t)L * D * 4);
+    float *v = malloc((size_t)L * D * 4), *ref = malloc((size_t)L * D * 4);
+    uint8_t *plane = malloc((size_t)L * L), *sub = malloc((size_t)L * L);
+    double worst = 0.0;
+    for (int b = 0; b < B; b++) {
+        int len = lens[b];
+        for (int h = 0; h < H; h++) {
+            CHECK_OK(stof_mask_spec_to_dense(spec, B, H, L, L, lens, lens, b, h, plane));
+            for (int i = 0; i < len; i++) {
+                memcpy(sub + (int64_t)i * len, plane + (int64_t)i * L, (size_t)len);
+                const float *row = qkv + (cu[b] + i) * width;
+                int hk = h / (H / Hk);
+                memcpy(q + (int64_t)i * D, row + (int64_t)h * D, (size_t)D * 4);
+                memcpy(k + (int64_t)i * D, row + (int64_t)(H + hk) * D, (size_t)D * 4);
+                memcpy(v + (int64_t)i * D, row + (int64_t)(H + Hk + hk) * D, (size_t)D * 4);
+            }
+            cpu_attention(q, k, v, ref, 1, 1, len, len, D, sub, 0, 0, scale);
+            for (int i = 0; i < len; i++)
+                for (int d = 0; d < D; d++) {
+                    double err =
+                        fabs((double)out[(cu[b] + i) * H * D + h * D + d] - ref[i * D + d]);
+                    if (err > worst || err != err) worst = err;
+                }
+        }
+    }
+    CHECK(worst <= tolerance(STOF_F32), "rows %s B%d L%d H%d/%d D%d: worst error %g", text, B, L, H,
+          Hk, D, worst);
+    free(qkv), free(out), free(q), free(k), free(v), free(ref), free(plane), free(sub);
+    stof_mask_destroy(mask);
+    stof_mask_spec_destroy(spec);
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed());
@@ -277,6 +336,9 @@ int main(void)
         fixed_cases(ctx, isas[i]);
         gqa_cases(ctx, isas[i]);
         random_cases(ctx, isas[i], 60);
+        rows_case(ctx, "full", 5, 40, 12, 12, 32);
+        rows_case(ctx, "causal", 3, 70, 8, 2, 64);
+        rows_case(ctx, "window:8,global:2", 2, 150, 4, 4, 16);
         stof_ctx_destroy(ctx);
     }
     CHECK(attn_cpu_fast_force_isa("base"), "the baseline inner loops always run");

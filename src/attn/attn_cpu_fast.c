@@ -439,3 +439,37 @@ stof_status attn_cpu_fast_run(const attn_shape *s, const stof_tensor *q, const s
     free(run.items);
     return st;
 }
+
+stof_status attn_cpu_fast_rows(const float *qkv, float *out, int64_t T, int B, int L, int heads,
+                               int kv_heads, int D, const int32_t *cu_seqlens, stof_mask *mask,
+                               float scale)
+{
+    int64_t width = (int64_t)(heads + 2 * kv_heads) * D;
+    int64_t qshape[3] = {T, heads, D}, kshape[3] = {T, kv_heads, D}, cshape[1] = {B + 1};
+    float *base = (float *)qkv;
+    stof_tensor q = stof_tensor_make(base, STOF_F32, STOF_MEM_HOST, 3, qshape);
+    stof_tensor k = stof_tensor_make(base + (int64_t)heads * D, STOF_F32, STOF_MEM_HOST, 3, kshape);
+    stof_tensor v = stof_tensor_make(base + (int64_t)(heads + kv_heads) * D, STOF_F32,
+                                     STOF_MEM_HOST, 3, kshape);
+    stof_tensor o = stof_tensor_make(out, STOF_F32, STOF_MEM_HOST, 3, qshape);
+    q.stride[0] = k.stride[0] = v.stride[0] = width;
+    stof_tensor cu = stof_tensor_make((void *)cu_seqlens, STOF_I32, STOF_MEM_HOST, 1, cshape);
+    const mask_tiles *t = stof_mask_tiles_view(mask);
+    attn_shape s;
+    memset(&s, 0, sizeof s);
+    s.packed = true;
+    s.dtype = STOF_F32;
+    s.B = B;
+    s.H = heads;
+    s.Lq = s.Lk = L;
+    s.D = D;
+    s.Tq = s.Tk = T;
+    s.scale = scale;
+    STOF_REQUIRE(t && t->batch == B && t->heads == heads && (int64_t)t->lq * t->split == L &&
+                     (int64_t)t->lk * t->split == L,
+                 STOF_ERR_SHAPE, "attention rows: the mask was not compiled for B=%d, H=%d, L=%d",
+                 B, heads, L);
+    if (!attn_cpu_fast_supports(&s, &q, &k, &v, &o))
+        return stof_error(STOF_ERR_UNSUPPORTED, "attention rows: not served by the fast path");
+    return attn_cpu_fast_run(&s, &q, &k, &v, mask, &cu, &cu, &o);
+}
