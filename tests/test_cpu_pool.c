@@ -3,7 +3,7 @@
  * once and on a worker index below the thread count, for many thread counts
  * and item counts; a nested call and calls from two user threads at once
  * complete (inline) instead of deadlocking; thread counts resolve as
- * documented.
+ * documented (STOF_CPU_THREADS included).
  */
 #include "cpu/pool.h"
 #include "testlib.h"
@@ -59,10 +59,18 @@ static void *user_thread(void *arg)
 
 int main(void)
 {
+    unsetenv("STOF_CPU_THREADS");
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     CHECK(cpu_threads_resolve(0) == (online < 1 ? 1 : online), "0 threads resolve to %ld cores",
           online);
     CHECK(cpu_threads_resolve(3) == 3, "3 threads stay 3");
+    setenv("STOF_CPU_THREADS", "5", 1);
+    CHECK(cpu_threads_resolve(0) == 5, "STOF_CPU_THREADS=5 gives 5 for 0");
+    CHECK(cpu_threads_resolve(2) == 2, "an explicit count wins over STOF_CPU_THREADS");
+    setenv("STOF_CPU_THREADS", "x", 1);
+    CHECK(cpu_threads_resolve(0) == (online < 1 ? 1 : online),
+          "a malformed STOF_CPU_THREADS is ignored");
+    unsetenv("STOF_CPU_THREADS");
     const int threads[] = {1, 2, 3, 5, 8};
     const int64_t items[] = {0, 1, 2, 7, 64, 1001};
     for (int t = 0; t < 5; t++)

@@ -12,6 +12,7 @@
 #include "cpu/pool.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -40,6 +41,12 @@ static struct {
 
 int cpu_threads_resolve(int requested)
 {
+    if (requested <= 0) {
+        const char *env = getenv("STOF_CPU_THREADS");
+        char *end = NULL;
+        long n = env ? strtol(env, &end, 10) : 0;
+        if (env && end != env && *end == '\0' && n > 0) requested = n < INT_MAX ? (int)n : INT_MAX;
+    }
     if (requested > 0) return requested < POOL_MAX_THREADS ? requested : POOL_MAX_THREADS;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     if (online < 1) return 1;

@@ -14,7 +14,9 @@
 extern "C" {
 #endif
 
-/* Threads a request stands for: requested if > 0, else the online cores (at least 1). */
+/* Threads a request stands for: requested if > 0; else STOF_CPU_THREADS from
+ * the environment when it holds a positive integer (for callers that cannot
+ * set cpu_threads, as OMP_NUM_THREADS is for torch); else the online cores. */
 int cpu_threads_resolve(int requested);
 
 /* fn(arg, item, worker) for every item in [0, n), on up to `threads` threads
