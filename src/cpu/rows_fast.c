@@ -19,7 +19,7 @@
 #pragma GCC optimize("fp-contract=fast")
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define ROWS_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#define ROWS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define ROWS_CLONES
 #endif
