@@ -125,8 +125,13 @@ static void pack_kv(const fast_job *j, fast_kv *kv)
     int tn = j->t->tile_n, tnp = j->tnp, dp = j->dp, D = j->D;
     float row[FAST_MAX_D];
     size_t tile = (size_t)tnp * dp;
-    memset(kv->kt, 0, (size_t)kv->n_kt * tile * sizeof(float));
-    memset(kv->v, 0, (size_t)kv->n_kt * tile * sizeof(float));
+    /* Zero what the keys leave unwritten: the last tile's tail, and every
+     * tile's padding columns (K^T rows, V columns) when D < dp. */
+    int zero_from = D == dp && tn == tnp ? kv->n_kt - 1 : 0;
+    if (kv->n_kt > 0) {
+        memset(kv->kt + zero_from * tile, 0, (size_t)(kv->n_kt - zero_from) * tile * sizeof(float));
+        memset(kv->v + zero_from * tile, 0, (size_t)(kv->n_kt - zero_from) * tile * sizeof(float));
+    }
     for (int key = 0; key < kv->klim; key++) {
         int c = key / tn, jj = key % tn;
         float *kt = kv->kt + c * tile, *v = kv->v + c * tile + (size_t)jj * dp;
