@@ -28,6 +28,7 @@
 enum {
     FAST_CHUNK = 32, /* columns of one micro-kernel call; pads tile_n and D */
     FAST_MAX_D = 512,
+    FAST_RUN_COLS = 256,       /* consecutive full tiles run as one block up to this */
     FAST_ROUND_BYTES = 8 << 20 /* packed K and V per round of kv heads */
 };
 
@@ -50,13 +51,15 @@ typedef struct fast_kv {
 } fast_kv;
 
 typedef struct fast_scratch {
-    float *q, *s, *o, *m, *l; /* [tm][dp], [tm][tnp], [tm][dp], [tm], [tm] */
+    float *q, *s, *o, *m, *l; /* [tm][dp], [tm][lds], [tm][dp], [tm], [tm] */
 } fast_scratch;
 
 typedef struct fast_job {
     const mask_tiles *t;
     int D, dp, tnp;
-    float qscale; /* softmax scale times log2(e) */
+    int run_tiles; /* full tiles one block may take: max(1, FAST_RUN_COLS / tnp) */
+    int lds;       /* row stride of the score block: run_tiles * tnp */
+    float qscale;  /* softmax scale times log2(e) */
     const stof_tensor *q, *k, *v;
     stof_tensor *out;
     fast_seq *seqs;
@@ -388,6 +391,8 @@ stof_status attn_cpu_fast_run(const attn_shape *s, const stof_tensor *q, const s
     j->D = (int)s->D;
     j->dp = round_up(j->D, FAST_CHUNK);
     j->tnp = round_up(t->tile_n, FAST_CHUNK);
+    j->run_tiles = j->tnp == t->tile_n && FAST_RUN_COLS / j->tnp > 1 ? FAST_RUN_COLS / j->tnp : 1;
+    j->lds = j->run_tiles * j->tnp;
     j->qscale = (float)((double)s->scale * 1.4426950408889634);
     j->q = q;
     j->k = k;
@@ -400,8 +405,8 @@ stof_status attn_cpu_fast_run(const attn_shape *s, const stof_tensor *q, const s
     int64_t per_round = (int64_t)(FAST_ROUND_BYTES / (per_kv * sizeof(float)));
     if (per_round < 1) per_round = 1;
     if (per_round > n_kv) per_round = n_kv;
-    /* per worker: q, o [tm][dp], s [tm][tnp], m, l [tm]; 64-byte aligned blocks */
-    size_t scratch_floats = ((size_t)t->tile_m * (2 * j->dp + j->tnp + 2) + 15) / 16 * 16;
+    /* per worker: q, o [tm][dp], s [tm][lds], m, l [tm]; 64-byte aligned blocks */
+    size_t scratch_floats = ((size_t)t->tile_m * (2 * j->dp + j->lds + 2) + 15) / 16 * 16;
     stof_status st = STOF_OK;
     float *pack = NULL, *scratch = NULL;
     st = stof_host_calloc((size_t)n_kv, sizeof *j->kvs, (void **)&j->kvs);
@@ -427,7 +432,7 @@ stof_status attn_cpu_fast_run(const attn_shape *s, const stof_tensor *q, const s
             ws->q = base;
             ws->o = ws->q + (size_t)t->tile_m * j->dp;
             ws->s = ws->o + (size_t)t->tile_m * j->dp;
-            ws->m = ws->s + (size_t)t->tile_m * j->tnp;
+            ws->m = ws->s + (size_t)t->tile_m * j->lds;
             ws->l = ws->m + t->tile_m;
         }
         describe(s, cu_q, cu_k, Hk, j);

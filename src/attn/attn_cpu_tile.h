@@ -168,7 +168,7 @@ static void TFN(tile_row)(const fast_job *j, const fast_seq *q, int r, fast_scra
 {
     const mask_tiles *t = j->t;
     const fast_kv *kv = &j->kvs[q->kv];
-    int tm = t->tile_m, tn = t->tile_n, tnp = j->tnp, dp = j->dp;
+    int tm = t->tile_m, tn = t->tile_n, tnp = j->tnp, dp = j->dp, lds = j->lds;
     int row0 = r * tm;
     int rows = q->rows_exist - row0 < tm ? q->rows_exist - row0 : tm;
     int vis = q->rows_visible - row0;
@@ -181,17 +181,26 @@ static void TFN(tile_row)(const fast_job *j, const fast_seq *q, int r, fast_scra
     }
     memset(w->o, 0, (size_t)rr * dp * sizeof(float));
     int32_t e0 = q->row_ptr[r], e1 = q->row_ptr[r + 1];
-    for (int32_t e = vis > 0 ? e0 : e1; e < e1; e++) {
+    for (int32_t e = vis > 0 ? e0 : e1, n; e < e1; e += n) {
         int c = t->col[e];
         int width = kv->klim - c * tn;
         if (width <= 0) break; /* columns ascend: the rest lie past the keys too */
         if (width > tn) width = tn;
-        int cols = (width + FAST_CHUNK - 1) / FAST_CHUNK * FAST_CHUNK;
-        TFN(gemm)(rr, cols, dp, w->q, dp, kv->kt + (int64_t)c * dp * tnp, tnp, w->s, tnp, 0);
         int32_t bits = t->bits[e];
-        int masked = bits >= 0 || width < cols;
+        /* a run of consecutive full tiles is one block: fewer softmax passes */
+        n = 1;
+        if (bits < 0 && width == tnp)
+            while (n < j->run_tiles && e + n < e1 && t->col[e + n] == c + n && t->bits[e + n] < 0 &&
+                   kv->klim - (c + n) * tn >= tn)
+                n++;
+        int cols = n > 1 ? n * tnp : (width + FAST_CHUNK - 1) / FAST_CHUNK * FAST_CHUNK;
+        for (int g = 0; g < n; g++) {
+            const float *kt = kv->kt + (int64_t)(c + g) * dp * tnp;
+            TFN(gemm)(rr, n > 1 ? tnp : cols, dp, w->q, dp, kt, tnp, w->s + g * tnp, lds, 0);
+        }
+        int masked = n == 1 && (bits >= 0 || width < cols);
         for (int i = 0; i < vis; i++) {
-            float *s = w->s + (int64_t)i * tnp;
+            float *s = w->s + (int64_t)i * lds;
             if (masked) {
                 const uint64_t *bm =
                     bits >= 0 ? t->bitmap + ((int64_t)bits * tm + i) * t->words_per_row : NULL;
@@ -200,8 +209,8 @@ static void TFN(tile_row)(const fast_job *j, const fast_seq *q, int r, fast_scra
             TFN(softmax_row)(s, cols, &w->m[i], &w->l[i], w->o + (int64_t)i * dp, dp);
         }
         for (int i = vis; i < rr; i++)
-            memset(w->s + (int64_t)i * tnp, 0, (size_t)cols * sizeof(float));
-        TFN(gemm)(rr, dp, cols, w->s, tnp, kv->v + (int64_t)c * tnp * dp, dp, w->o, dp, 1);
+            memset(w->s + (int64_t)i * lds, 0, (size_t)cols * sizeof(float));
+        TFN(gemm)(rr, dp, cols, w->s, lds, kv->v + (int64_t)c * tnp * dp, dp, w->o, dp, 1);
     }
     fast_store_o(j, q, row0, rows, vis, w);
 }
