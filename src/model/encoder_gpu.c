@@ -137,7 +137,7 @@ typedef struct gpu_layer {
     const void *i_w, *i_b, *f_w, *f_b, *ln2_g, *ln2_b;
 } gpu_layer;
 
-struct enc_gpu {
+struct engine_gpu {
     stof_ctx *ctx;
     stof_dtype dtype;
     void *weights; /* one device block behind every weight */
@@ -195,19 +195,42 @@ static int64_t align4(int64_t n)
     return (n + 3) & ~(int64_t)3;
 }
 
-stof_status enc_gpu_supports(const bert_config *c)
+/* BERT's sizes as the layers below read them, from the model description. */
+typedef struct bert_view {
+    int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, head_dim;
+    int vocab_size, max_position_embeddings, type_vocab_size;
+    float layer_norm_eps;
+    stof_act hidden_act;
+} bert_view;
+
+static bert_view view_of(const stof_model *m)
 {
-    STOF_REQUIRE(c->head_dim == 32 || c->head_dim == 64 || c->head_dim == 128, STOF_ERR_UNSUPPORTED,
+    const model_desc *d = &m->desc;
+    const layer_desc *l = &d->layer[0];
+    bert_view v = {d->hidden,        l->intermediate, d->layers,     l->heads,
+                   l->head_dim,      d->vocab,        d->max_positions, d->type_vocab,
+                   d->norm_eps,      l->act};
+    return v;
+}
+
+stof_status enc_gpu_supports(const model_desc *d)
+{
+    STOF_REQUIRE(strcmp(d->family, "bert") == 0, STOF_ERR_UNSUPPORTED,
+                 "the GPU engine runs the bert family for now; %s (family %s) runs on a CPU "
+                 "context",
+                 d->model_type, d->family);
+    const layer_desc *l = &d->layer[0];
+    STOF_REQUIRE(l->head_dim == 32 || l->head_dim == 64 || l->head_dim == 128, STOF_ERR_UNSUPPORTED,
                  "the GPU encoder runs head dims 32, 64 and 128; this model has %d (hidden %d, %d "
                  "heads): use a CPU context",
-                 c->head_dim, c->hidden_size, c->num_attention_heads);
-    STOF_REQUIRE(c->hidden_size % 8 == 0 && c->hidden_size <= FUSE_MAX_ROW_WIDTH,
+                 l->head_dim, d->hidden, l->heads);
+    STOF_REQUIRE(d->hidden % 8 == 0 && d->hidden <= FUSE_MAX_ROW_WIDTH,
                  STOF_ERR_UNSUPPORTED,
                  "the GPU encoder needs hidden_size a multiple of 8 up to %d; this model has %d",
-                 FUSE_MAX_ROW_WIDTH, c->hidden_size);
-    STOF_REQUIRE(c->intermediate_size % 8 == 0, STOF_ERR_UNSUPPORTED,
+                 FUSE_MAX_ROW_WIDTH, d->hidden);
+    STOF_REQUIRE(l->intermediate % 8 == 0, STOF_ERR_UNSUPPORTED,
                  "the GPU encoder needs intermediate_size a multiple of 8; this model has %d",
-                 c->intermediate_size);
+                 l->intermediate);
     return STOF_OK;
 }
 
@@ -236,40 +259,41 @@ static void weight_add(weight_list *l, const float *src, int64_t n, const void *
     l->total += align256((size_t)n * 2);
 }
 
-static void list_weights(const bert_weights *w, enc_gpu *g, weight_list *l)
+static void list_weights(const stof_model *m, enc_gpu *g, weight_list *l)
 {
-    const bert_config *c = &w->config;
+    const model_weights *w = &m->w;
+    const bert_view cv = view_of(m), *c = &cv;
     int64_t H = c->hidden_size, I = c->intermediate_size;
-    weight_add(l, w->word_emb, (int64_t)c->vocab_size * H, &g->emb.word);
+    weight_add(l, w->tok_emb, (int64_t)c->vocab_size * H, &g->emb.word);
     weight_add(l, w->pos_emb, (int64_t)c->max_position_embeddings * H, &g->emb.position);
     weight_add(l, w->type_emb, (int64_t)c->type_vocab_size * H, &g->emb.type);
-    weight_add(l, w->emb_ln_g, H, &g->emb.gamma);
-    weight_add(l, w->emb_ln_b, H, &g->emb.beta);
+    weight_add(l, w->emb_norm, H, &g->emb.gamma);
+    weight_add(l, w->emb_norm_b, H, &g->emb.beta);
     for (int i = 0; i < c->num_hidden_layers; i++) {
-        const bert_layer_weights *s = &w->layers[i];
+        const layer_weights *s = &w->layer[i];
         gpu_layer *d = &g->layers[i];
-        weight_add(l, s->qkv_w, 3 * H * H, &d->qkv_w);
+        weight_add(l, s->qkv, 3 * H * H, &d->qkv_w);
         weight_add(l, s->qkv_b, 3 * H, &d->qkv_b);
-        weight_add(l, s->attn_out_w, H * H, &d->o_w);
-        weight_add(l, s->attn_out_b, H, &d->o_b);
-        weight_add(l, s->attn_ln_g, H, &d->ln1_g);
-        weight_add(l, s->attn_ln_b, H, &d->ln1_b);
-        weight_add(l, s->inter_w, I * H, &d->i_w);
-        weight_add(l, s->inter_b, I, &d->i_b);
-        weight_add(l, s->out_w, H * I, &d->f_w);
-        weight_add(l, s->out_b, H, &d->f_b);
-        weight_add(l, s->out_ln_g, H, &d->ln2_g);
-        weight_add(l, s->out_ln_b, H, &d->ln2_b);
+        weight_add(l, s->o, H * H, &d->o_w);
+        weight_add(l, s->o_b, H, &d->o_b);
+        weight_add(l, s->attn_norm, H, &d->ln1_g);
+        weight_add(l, s->attn_norm_b, H, &d->ln1_b);
+        weight_add(l, s->mlp_in, I * H, &d->i_w);
+        weight_add(l, s->mlp_in_b, I, &d->i_b);
+        weight_add(l, s->down, H * I, &d->f_w);
+        weight_add(l, s->down_b, H, &d->f_b);
+        weight_add(l, s->mlp_norm, H, &d->ln2_g);
+        weight_add(l, s->mlp_norm_b, H, &d->ln2_b);
     }
 }
 
 /* Converted to the run dtype on the host, then one copy. */
 static stof_status upload_weights(stof_model *m, enc_gpu *g)
 {
-    const bert_config *c = &m->w.config;
+    const bert_view cv = view_of(m), *c = &cv;
     weight_list l = {0};
     STOF_TRY(stof_host_calloc((size_t)(5 + 12 * c->num_hidden_layers), sizeof *l.e, (void **)&l.e));
-    list_weights(&m->w, g, &l);
+    list_weights(m, g, &l);
     uint16_t *host = NULL;
     stof_status st = stof_host_alloc(l.total, (void **)&host);
     if (st == STOF_OK) st = stof_dev_alloc(g->ctx, l.total, &g->weights);
@@ -297,21 +321,19 @@ static stof_status upload_weights(stof_model *m, enc_gpu *g)
 
 stof_status enc_gpu_create(stof_model *m)
 {
-    STOF_TRY(enc_gpu_supports(&m->w.config));
+    STOF_TRY(enc_gpu_supports(&m->desc));
     enc_gpu *g;
     STOF_TRY(stof_host_calloc(1, sizeof *g, (void **)&g));
     m->gpu = g; /* from here on the model's destroy cleans up */
     g->ctx = m->ctx;
     g->dtype = m->info.dtype;
-    STOF_TRY(stof_host_calloc((size_t)m->w.config.num_hidden_layers, sizeof *g->layers,
+    STOF_TRY(stof_host_calloc((size_t)m->desc.layers, sizeof *g->layers,
                               (void **)&g->layers));
     STOF_TRY(upload_weights(m, g));
     STOF_TRY(stof_mask_spec_create(&g->full));
     STOF_TRY(stof_mask_spec_add_full(g->full));
-    /* The host copy is not needed any more; the config stays. */
-    bert_config cfg = m->w.config;
-    stof_bert_weights_free(&m->w);
-    m->w.config = cfg;
+    /* The host copy is not needed any more; the description stays. */
+    model_weights_free_host(&m->w);
     return STOF_OK;
 }
 
@@ -728,7 +750,7 @@ static layer_plan plan_rules(void)
 static fuse_linear_args segment_args(const stof_model *m, const gpu_layer *w, int seg, int64_t T)
 {
     const enc_gpu *g = m->gpu;
-    const bert_config *c = &m->w.config;
+    const bert_view cv = view_of(m), *c = &cv;
     int H = c->hidden_size, I = c->intermediate_size;
     fuse_linear_args a;
     memset(&a, 0, sizeof a);
@@ -1048,7 +1070,7 @@ static fuse_linear_args layer_args(const stof_model *m, const gpu_layer *w, int 
 static stof_status ffn(stof_model *m, const gpu_layer *w, const layer_plan *p, const dev_inputs *in)
 {
     enc_gpu *g = m->gpu;
-    const bert_config *c = &m->w.config;
+    const bert_view cv = view_of(m), *c = &cv;
     if (p->use_chain) {
         fuse_ffn_args f;
         memset(&f, 0, sizeof f);
@@ -1099,7 +1121,7 @@ static stof_status run_layers(stof_model *m, const enc_request *r, const dev_inp
                               const layer_plan *p, stof_mask *mask, void *mask_ready)
 {
     enc_gpu *g = m->gpu;
-    const bert_config *c = &m->w.config;
+    const bert_view cv = view_of(m), *c = &cv;
     STOF_TRY(
         fuse_embeddings(m->ctx, g->dtype, &g->emb, in->ids, in->pos, in->types, in->rows, g->x));
     for (int l = 0; l < c->num_hidden_layers; l++)
