@@ -3,3 +3,8 @@ stof_add_test(test_cpu_linear SOURCES test_cpu_linear.c PARTS cpu)
 stof_add_test(test_cpu_norm SOURCES test_cpu_norm.c PARTS cpu)
 stof_add_test(test_cpu_attention SOURCES test_cpu_attention.c PARTS cpu)
 stof_add_test(test_cpu_batch SOURCES test_cpu_batch.c PARTS cpu)
+stof_add_test(test_cpu_pool SOURCES test_cpu_pool.c PARTS cpu)
+# The CPU backend's attention (tile lists, threads, every ISA) against cpu_attention.
+stof_add_test(test_attn_cpu_fast SOURCES test_attn_cpu_fast.c PARTS core cpu mask attn)
+# The fast row ops (src/cpu/rows_fast.c) against their exact twins.
+stof_add_test(test_cpu_fast SOURCES test_cpu_fast.c PARTS core cpu)

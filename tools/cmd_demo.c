@@ -20,14 +20,16 @@ static void demo_usage(void)
 {
     printf("usage: stof demo [--mask SPEC] [--batch B] [--heads H] [--seq L] [--dim D]\n"
            "                 [--lengths l1,l2,..] [--dtype f16|bf16|f32] [--device auto|cpu|gpu]\n"
-           "                 [--iters N] [--seed S]\n"
+           "                 [--iters N] [--seed S] [--threads N]\n"
            "defaults: --mask window:128,global:32 --batch 2 --heads 4 --seq 512 --dim 64\n"
-           "          --dtype f16 (f32 on the CPU) --iters 20\n");
+           "          --dtype f16 (f32 on the CPU) --iters 20\n"
+           "--threads N: CPU threads (0, the default: every core)\n");
 }
 
 typedef struct demo_opts {
     const char *mask;
     int batch, heads, seq, dim, iters, nlen;
+    int threads; /* CPU backend threads; 0: every core */
     unsigned seed;
     stof_dtype dtype;
     bool dtype_set;
@@ -48,6 +50,7 @@ static bool parse_demo(cli_args *a, demo_opts *o)
         CLI_OPT_INT_LIST("--lengths", o->lengths, 0, 1 << 17, MAX_BATCH, &o->nlen),
         CLI_OPT_DTYPE_SET("--dtype", &o->dtype, &o->dtype_set),
         CLI_OPT_DEVICE("--device", &o->device),
+        CLI_OPT_INT("--threads", &o->threads, 0, 1024),
     };
     if (!cli_parse(a, opts, CLI_COUNT(opts), demo_usage)) return false;
     return cli_check_lengths(a, o->lengths, o->nlen, o->batch, o->seq);
@@ -132,6 +135,7 @@ static stof_status cpu_check(const demo_opts *o, const stof_mask_spec *spec,
 {
     stof_ctx_params cp = stof_ctx_default_params();
     cp.device = STOF_DEVICE_CPU;
+    cp.cpu_threads = o->threads;
     stof_ctx *cpu = NULL;
     stof_mask *mask = NULL;
     STOF_TRY(stof_ctx_create(&cp, &cpu));
@@ -181,6 +185,7 @@ int cmd_demo(cli_args *a)
     int rc = 1;
     stof_ctx_params cp = stof_ctx_default_params();
     cp.device = o.device;
+    cp.cpu_threads = o.threads;
     if ((st = stof_ctx_create(&cp, &ctx))) return cli_fail(a, "creating the context", st);
     bool gpu = stof_ctx_device(ctx) == STOF_DEVICE_GPU;
     if (!gpu && !o.dtype_set) o.dtype = STOF_F32;

@@ -34,6 +34,7 @@ static void embed_usage(void)
         "                  folder's max_seq_length, as sentence-transformers; at most the\n"
         "                  model's max_position_embeddings)\n"
         "  --device        auto (default: the GPU when present), cpu (OpenBLAS) or gpu\n"
+        "  --threads N     CPU threads (default 0: every core)\n"
         "  --dtype         GPU run dtype (default f16); the CPU always computes in f32\n"
         "  --mask SPEC     sparse attention mask, e.g. window:64 (default: dense)\n"
         "  --              the arguments after it are texts, even when they start with --\n");
@@ -42,6 +43,7 @@ static void embed_usage(void)
 typedef struct embed_opts {
     const char *model, *mask, *file;
     int batch, max_length;
+    int threads; /* CPU backend threads; 0: every core */
     stof_device device;
     stof_dtype dtype;
 } embed_opts;
@@ -93,6 +95,7 @@ static int parse_embed(cli_args *a, embed_opts *o, text_list *args)
         CLI_OPT_INT("--max-length", &o->max_length, 2, 1 << 20),
         CLI_OPT_DEVICE("--device", &o->device),
         CLI_OPT_DTYPE("--dtype", &o->dtype),
+        CLI_OPT_INT("--threads", &o->threads, 0, 1024),
     };
     const char *s;
     bool opt, texts_only = false;
@@ -380,6 +383,7 @@ int cmd_embed(cli_args *a)
     }
     stof_ctx_params cp = stof_ctx_default_params();
     cp.device = o.device;
+    cp.cpu_threads = o.threads;
     stof_ctx *ctx = NULL;
     stof_status st = stof_ctx_create(&cp, &ctx);
     if (st)

@@ -26,9 +26,10 @@ static void run_usage(void)
 {
     printf("usage: stof run --model DIR [--batch B] [--seq L] [--mask SPEC]\n"
            "                [--device auto|cpu|gpu] [--dtype f16|bf16] [--iters N]\n"
-           "                [--lengths l1,l2,..] [--seed S] [--eager]\n"
+           "                [--lengths l1,l2,..] [--seed S] [--eager] [--threads N]\n"
            "defaults: --batch 1 --seq 128 --iters 20 (5 on the CPU) --device auto --dtype f16;\n"
-           "lengths uniform in [L/2, L] from the seed unless --lengths gives them.\n"
+           "lengths uniform in [L/2, L] from the seed unless --lengths gives them;\n"
+           "--threads N: CPU threads (0, the default: every core).\n"
            "On a GPU a forward replays a CUDA graph of its shape once one is captured\n"
            "(the second forward of a shape); --eager launches kernel by kernel instead.\n"
            "A plan tuned by 'stof tune' for the same shape is used when the cache has one.\n");
@@ -37,6 +38,7 @@ static void run_usage(void)
 typedef struct run_opts {
     const char *model, *mask;
     int batch, seq, iters, nlen;
+    int threads; /* CPU backend threads; 0: every core */
     bool iters_set, eager;
     unsigned seed;
     stof_device device;
@@ -57,6 +59,7 @@ static bool parse_run(cli_args *a, run_opts *o)
         CLI_OPT_DTYPE("--dtype", &o->dtype),
         CLI_OPT_SEED("--seed", &o->seed),
         CLI_OPT_FLAG("--eager", &o->eager),
+        CLI_OPT_INT("--threads", &o->threads, 0, 1024),
     };
     if (!cli_parse(a, opts, CLI_COUNT(opts), run_usage)) return false;
     if (!o->model) {
@@ -188,6 +191,7 @@ int cmd_run(cli_args *a)
     int rc = 1;
     stof_ctx_params cp = stof_ctx_default_params();
     cp.device = o.device;
+    cp.cpu_threads = o.threads;
     if ((st = stof_ctx_create(&cp, &ctx))) return cli_fail(a, "creating the context", st);
     bool gpu = stof_ctx_device(ctx) == STOF_DEVICE_GPU;
     if (!gpu && !o.iters_set) o.iters = 5;

@@ -11,6 +11,7 @@
  * decoded once.
  */
 #include "attn/attn.h"
+#include "attn/attn_cpu_fast.h"
 #include "cpu/cpu_ref.h"
 
 #include <stdlib.h>
@@ -100,8 +101,6 @@ static stof_status run_packed(const attn_shape *s, const stof_tensor *q, const s
                               const stof_tensor *v, stof_mask *mask, const int32_t *cu_q,
                               const int32_t *cu_k, stof_tensor *out, cpu_bufs *w)
 {
-    STOF_TRY(check_host_cu(cu_q, s->B, s->Tq, s->Lq, "cu_seqlens_q"));
-    STOF_TRY(check_host_cu(cu_k, s->B, s->Tk, s->Lk, "cu_seqlens_k"));
     for (int64_t b = 0; b < s->B; b++) {
         int64_t lq = cu_q[b + 1] - cu_q[b], lk = cu_k[b + 1] - cu_k[b];
         if (lq == 0) continue;
@@ -123,6 +122,12 @@ stof_status attn_cpu_run(const attn_shape *s, const stof_tensor *q, const stof_t
                          const stof_tensor *v, stof_mask *mask, const stof_tensor *cu_q,
                          const stof_tensor *cu_k, stof_tensor *out)
 {
+    if (s->packed) {
+        STOF_TRY(check_host_cu((const int32_t *)cu_q->data, s->B, s->Tq, s->Lq, "cu_seqlens_q"));
+        STOF_TRY(check_host_cu((const int32_t *)cu_k->data, s->B, s->Tk, s->Lk, "cu_seqlens_k"));
+    }
+    if (attn_cpu_fast_supports(s, q, k, v, out))
+        return attn_cpu_fast_run(s, q, k, v, mask, cu_q, cu_k, out);
     cpu_bufs w;
     memset(&w, 0, sizeof w);
     w.decoded = -1;
