@@ -722,7 +722,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
      * the sequence's own, from k_row0 (padded: 0; packed: its first token),
      * split apart (a split's class: every split-th row). */
     const bool leader = threadIdx.x == 0;
-    const int kv_y = s.k_row0, kv_h = s.head, kv_w = a.cu_k ? 0 : b;
+    const int kv_y = s.k_row0, kv_h = s.kv_head, kv_w = a.cu_k ? 0 : b;
     auto load_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int key0) {
 #pragma unroll
         for (int cb = 0; cb < D / 64; cb++)
@@ -966,7 +966,7 @@ static stof_status encode_kv(CUtensorMap *map, const char *name, const attn_laun
                              const void *x, int64_t sb, int64_t sh, int64_t sp)
 {
     const int64_t rows = a->cu_k ? a->tk : (int64_t)a->lk * a->split;
-    const int64_t batch = a->cu_k ? 1 : a->batch, heads = a->heads / a->split;
+    const int64_t batch = a->cu_k ? 1 : a->batch, heads = a->heads / a->split / a->kv_group;
     const cuuint64_t dims[4] = {(cuuint64_t)a->head_dim, (cuuint64_t)(rows > 0 ? rows : 1),
                                 (cuuint64_t)heads, (cuuint64_t)batch};
     int64_t st[3] = {sp * 2, sh * 2, sb * 2};

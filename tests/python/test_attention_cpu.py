@@ -78,8 +78,10 @@ def test_scale_and_strided_views(rng):
 def test_lq_differs_from_lk(rng):
     B, H, Lq, Lk, D = 1, 2, 40, 72, 8
     q, k, v = randn(rng, B, H, Lq, D), randn(rng, B, H, Lk, D), randn(rng, B, H, Lk, D)
-    out = stof.attention(q, k, v, mask="window:10")
+    out = stof.attention(q, k, v, mask="window:10")  # bottom-right: row i sits at i + Lk - Lq
     i, j = np.arange(Lq)[:, None], np.arange(Lk)[None, :]
+    assert rel_err(out, reference(q, k, v, abs(i + Lk - Lq - j) <= 10)) < 1e-5
+    out = stof.attention(q, k, v, mask="window:10,topleft")
     assert rel_err(out, reference(q, k, v, abs(i - j) <= 10)) < 1e-5
 
 
