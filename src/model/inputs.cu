@@ -1,5 +1,5 @@
 /*
- * encoder_kernels.cu — the few small kernels the GPU encoder needs beside
+ * inputs.cu — the few small kernels the GPU encoder needs beside
  * src/fuse: widening the last hidden state to f32, CLS pooling, L2
  * normalisation of pooled rows, and the inputs that arrive in device memory:
  * one scan that derives the lengths (from an attention mask) and range-checks

@@ -1,5 +1,5 @@
 /*
- * encoder_tune.c — stof_model_tune: the two-stage search (src/tune/search.c)
+ * tune_gpu.c — stof_model_tune: the two-stage search (src/tune/search.c)
  * over the execution plans of the GPU encoder, and its tuning cache entry.
  *
  * What the search gets from here:
