@@ -28,7 +28,7 @@ static bert_config fuzz_config(void)
     c.num_attention_heads = 2;
     c.head_dim = 4;
     c.intermediate_size = 16;
-    c.hidden_act = BERT_ACT_GELU;
+    c.hidden_act = ACT_GELU;
     strcpy(c.hidden_act_name, "gelu");
     c.layer_norm_eps = 1e-12f;
     c.vocab_size = 4;

@@ -11,13 +11,14 @@
 #include <stdlib.h>
 #include <time.h>
 
-static const char *act_name(cpu_act act)
+static const char *act_name(stof_act act)
 {
     switch (act) {
-    case CPU_ACT_NONE: return "none";
-    case CPU_ACT_GELU: return "gelu";
-    case CPU_ACT_GELU_TANH: return "gelu_tanh";
-    case CPU_ACT_RELU: return "relu";
+    case ACT_NONE: return "none";
+    case ACT_GELU: return "gelu";
+    case ACT_GELU_TANH: return "gelu_tanh";
+    case ACT_RELU: return "relu";
+    case ACT_SILU: return "silu";
     }
     return "?";
 }
@@ -27,6 +28,11 @@ static void test_activation_values(void)
     /* Reference values of 0.5 x (1 + erf(x / sqrt 2)) and the tanh form, computed in double. */
     CHECK(fabs(cpu_gelu(1.0f) - 0.8413447460685429) < 1e-7, "gelu(1) = %.9g", cpu_gelu(1.0f));
     CHECK(fabs(cpu_gelu(-1.0f) + 0.15865525393145707) < 1e-7, "gelu(-1) = %.9g", cpu_gelu(-1.0f));
+    float silu[3] = {1.0f, -2.0f, 0.0f};
+    cpu_activation(silu, 3, ACT_SILU); /* x / (1 + e^-x), computed in double */
+    CHECK(fabs(silu[0] - 0.7310585786300049) < 1e-7 && fabs(silu[1] + 0.2384058440442351) < 1e-7 &&
+              silu[2] == 0.0f,
+          "silu(1, -2, 0) = %.9g %.9g %.9g", silu[0], silu[1], silu[2]);
     CHECK(fabs(cpu_gelu(0.5f) - 0.34573123063700656) < 1e-7, "gelu(0.5) = %.9g", cpu_gelu(0.5f));
     CHECK(fabs(cpu_gelu_tanh(1.0f) - 0.8411919906082768) < 1e-7, "gelu_tanh(1) = %.9g",
           cpu_gelu_tanh(1.0f));
@@ -54,7 +60,7 @@ static void test_activation_values(void)
     CHECK(worst_gap > 1e-5 && worst_gap < 1e-3, "gelu vs gelu_tanh gap %g", worst_gap);
 
     float v[6] = {-2.0f, -0.0f, 0.0f, 3.5f, NAN, 1e-30f};
-    cpu_activation(v, 6, CPU_ACT_RELU);
+    cpu_activation(v, 6, ACT_RELU);
     CHECK(v[0] == 0.0f && v[1] == 0.0f && v[2] == 0.0f && v[3] == 3.5f && v[5] == 1e-30f,
           "relu values %g %g %g %g %g", v[0], v[1], v[2], v[3], v[5]);
     CHECK(isnan(v[4]), "relu keeps NaN");
@@ -62,19 +68,19 @@ static void test_activation_values(void)
     float a[4] = {-1.0f, 0.25f, 2.0f, -3.0f}, b[4];
     for (int i = 0; i < 4; i++)
         b[i] = a[i];
-    cpu_activation(b, 4, CPU_ACT_NONE);
+    cpu_activation(b, 4, ACT_NONE);
     int same = 1;
     for (int i = 0; i < 4; i++)
         same &= a[i] == b[i];
-    CHECK(same, "CPU_ACT_NONE leaves x unchanged");
-    cpu_activation(b, 4, CPU_ACT_GELU);
+    CHECK(same, "ACT_NONE leaves x unchanged");
+    cpu_activation(b, 4, ACT_GELU);
     same = 1;
     for (int i = 0; i < 4; i++)
         same &= b[i] == cpu_gelu(a[i]);
     CHECK(same, "cpu_activation(GELU) applies cpu_gelu");
     for (int i = 0; i < 4; i++)
         b[i] = a[i];
-    cpu_activation(b, 4, CPU_ACT_GELU_TANH);
+    cpu_activation(b, 4, ACT_GELU_TANH);
     same = 1;
     for (int i = 0; i < 4; i++)
         same &= b[i] == cpu_gelu_tanh(a[i]);
@@ -96,7 +102,7 @@ static double magnitude_rel_err(const float *y, const float *ref, const float *x
         aw[i] = fabsf(w[i]);
     for (int64_t i = 0; i < n; i++)
         ab[i] = bias ? fabsf(bias[i]) : 0.0f;
-    cpu_linear_naive(ax, aw, ab, mag, m, n, k, CPU_ACT_NONE);
+    cpu_linear_naive(ax, aw, ab, mag, m, n, k, ACT_NONE);
     double num = 0, den = 0;
     for (int64_t i = 0; i < m * n; i++) {
         if (isnan(y[i]) || isnan(ref[i])) return INFINITY;
@@ -110,7 +116,7 @@ static double magnitude_rel_err(const float *y, const float *ref, const float *x
     return den > 0 ? sqrt(num / den) : (num == 0 ? 0 : INFINITY);
 }
 
-static void check_linear_shape(test_rng *r, int64_t m, int64_t n, int64_t k, cpu_act act,
+static void check_linear_shape(test_rng *r, int64_t m, int64_t n, int64_t k, stof_act act,
                                int with_bias)
 {
     float *x = malloc(sizeof(float) * (size_t)(m * k));
@@ -146,13 +152,13 @@ static void test_naive_by_hand(void)
     const float w[2 * 3] = {0.5f, -1, 2, 1, 1, 1};
     const float bias[2] = {0.25f, -10};
     float y[4];
-    cpu_linear_naive(x, w, bias, y, 2, 2, 3, CPU_ACT_NONE);
+    cpu_linear_naive(x, w, bias, y, 2, 2, 3, ACT_NONE);
     /* row 0: 0.5 - 2 + 6 + 0.25 = 4.75, 6 - 10 = -4; row 1: -0.5 + 4 + 0.25 = 3.75, 1 - 10 = -9 */
     CHECK(y[0] == 4.75f && y[1] == -4.0f && y[2] == 3.75f && y[3] == -9.0f,
           "naive linear by hand: %g %g %g %g", y[0], y[1], y[2], y[3]);
-    cpu_linear_naive(x, w, bias, y, 2, 2, 3, CPU_ACT_RELU);
+    cpu_linear_naive(x, w, bias, y, 2, 2, 3, ACT_RELU);
     CHECK(y[0] == 4.75f && y[1] == 0.0f && y[2] == 3.75f && y[3] == 0.0f, "naive linear relu");
-    cpu_linear(x, w, bias, y, 2, 2, 3, CPU_ACT_NONE);
+    cpu_linear(x, w, bias, y, 2, 2, 3, ACT_NONE);
     CHECK(y[0] == 4.75f && y[1] == -4.0f && y[2] == 3.75f && y[3] == -9.0f,
           "blas linear by hand: %g %g %g %g", y[0], y[1], y[2], y[3]);
 }
@@ -174,8 +180,8 @@ static void test_linear_shapes(void)
             n = test_rng_int(&r, 1, 200);
             k = test_rng_int(&r, 1, 300);
         }
-        for (int a = CPU_ACT_NONE; a <= CPU_ACT_RELU; a++)
-            check_linear_shape(&r, m, n, k, (cpu_act)a, (s + a) % 3 != 0);
+        for (int a = ACT_NONE; a <= ACT_SILU; a++)
+            check_linear_shape(&r, m, n, k, (stof_act)a, (s + a) % 3 != 0);
     }
 }
 
@@ -198,14 +204,14 @@ static void print_linear_throughput(void)
     test_fill_uniform(&r, x, m * k, -1.0f, 1.0f);
     test_fill_uniform(&r, w, n * k, -1.0f, 1.0f);
     test_fill_uniform(&r, bias, n, -1.0f, 1.0f);
-    cpu_linear(x, w, bias, y, m, n, k, CPU_ACT_GELU); /* warm-up */
+    cpu_linear(x, w, bias, y, m, n, k, ACT_GELU); /* warm-up */
     const int reps = 20;
     double t0 = now_seconds();
     for (int i = 0; i < reps; i++)
-        cpu_linear(x, w, bias, y, m, n, k, CPU_ACT_NONE);
+        cpu_linear(x, w, bias, y, m, n, k, ACT_NONE);
     double t_blas = (now_seconds() - t0) / reps;
     t0 = now_seconds();
-    cpu_linear_naive(x, w, bias, y, m, n, k, CPU_ACT_NONE);
+    cpu_linear_naive(x, w, bias, y, m, n, k, ACT_NONE);
     double t_naive = now_seconds() - t0;
     double flop = 2.0 * (double)(m * n * k);
     printf("cpu_linear m=%lld n=%lld k=%lld: %.3f ms, %.1f GFLOP/s (naive %.1f GFLOP/s)\n",

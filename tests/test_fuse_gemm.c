@@ -150,17 +150,17 @@ static void shape_make(shape_data *s, test_rng *r, int hidden, int64_t t)
     s->beta = grid_array(r, H, -0.5f, 0.5f);
 
     s->g1 = host_alloc(t * I);
-    cpu_linear(s->x, s->w1, s->b1, s->g1, t, I, H, CPU_ACT_NONE);
+    cpu_linear(s->x, s->w1, s->b1, s->g1, t, I, H, ACT_NONE);
     float *tmp = host_alloc(t * H);
     s->ref_ln = host_alloc(t * H);
-    cpu_linear(s->z, s->w2, s->b2, tmp, t, H, I, CPU_ACT_NONE);
+    cpu_linear(s->z, s->w2, s->b2, tmp, t, H, I, ACT_NONE);
     cpu_layernorm(tmp, s->res, s->gamma, s->beta, s->ref_ln, t, H, EPS);
     float *h = host_alloc(t * I);
     memcpy(h, s->g1, sizeof(float) * t * I);
-    cpu_activation(h, t * I, CPU_ACT_GELU);
+    cpu_activation(h, t * I, ACT_GELU);
     s->ref_plain = host_alloc(t * H);
     s->ref_chain = host_alloc(t * H);
-    cpu_linear(h, s->w2, s->b2, s->ref_plain, t, H, I, CPU_ACT_NONE);
+    cpu_linear(h, s->w2, s->b2, s->ref_plain, t, H, I, ACT_NONE);
     cpu_layernorm(s->ref_plain, s->res, s->gamma, s->beta, s->ref_chain, t, H, EPS);
     free(h);
     free(tmp);
@@ -478,7 +478,7 @@ static void test_shape(stof_ctx *ctx, fuse_ws ws, test_rng *r, int hidden, int64
     float *act_dev = fuse_test_alloc((size_t)TI * 4);
     for (size_t ai = 0; ai < sizeof acts / sizeof acts[0]; ai++) {
         memcpy(act_ref, s.g1, sizeof(float) * TI);
-        cpu_activation(act_ref, TI, (cpu_act)acts[ai]);
+        cpu_activation(act_ref, TI, (stof_act)acts[ai]);
         fuse_test_put(act_dev, act_ref, TI, STOF_F32);
         for (int di = 0; di < 2; di++)
             run_linear_act(ctx, ws, &s, &d[di], dtypes[di], acts[ai], act_dev, y_big);
@@ -517,8 +517,8 @@ static void test_odd_shapes(stof_ctx *ctx, fuse_ws ws, test_rng *r)
     float *gamma = grid_array(r, n, 0.5f, 1.5f);
     float *beta = grid_array(r, n, -0.5f, 0.5f);
     float *ref_act = host_alloc(m * n), *pre = host_alloc(m * n), *ref_ln = host_alloc(m * n);
-    cpu_linear(x, w, b, ref_act, m, n, k, CPU_ACT_GELU_TANH);
-    cpu_linear(x, w, b, pre, m, n, k, CPU_ACT_NONE);
+    cpu_linear(x, w, b, ref_act, m, n, k, ACT_GELU_TANH);
+    cpu_linear(x, w, b, pre, m, n, k, ACT_NONE);
     cpu_layernorm(pre, res, gamma, beta, ref_ln, m, n, EPS);
     float *act_dev = dev_f32(ref_act, m * n), *ln_dev = dev_f32(ref_ln, m * n);
     for (int di = 0; di < 2; di++) {
@@ -565,7 +565,7 @@ static void test_odd_shapes(stof_ctx *ctx, fuse_ws ws, test_rng *r)
                          m * n, n);
         }
         /* no bias at all */
-        cpu_linear(x, w, NULL, pre, m, n, k, CPU_ACT_RELU);
+        cpu_linear(x, w, NULL, pre, m, n, k, ACT_RELU);
         float *nb_dev = dev_f32(pre, m * n);
         a.bias = NULL;
         a.act = FUSE_ACT_RELU;
@@ -626,7 +626,7 @@ static void test_sm90_ragged(stof_ctx *ctx, test_rng *r)
             /* the last round: exact GELU without bias */
             const bool no_bias = ai == sizeof acts / sizeof acts[0];
             const fuse_act act = no_bias ? FUSE_ACT_GELU : acts[ai];
-            cpu_linear(x, w, no_bias ? NULL : b, ref, m, n, k, (cpu_act)act);
+            cpu_linear(x, w, no_bias ? NULL : b, ref, m, n, k, (stof_act)act);
             fuse_test_put(ref_dev, ref, m * n, STOF_F32);
             for (int di = 0; di < 2; di++) {
                 fuse_linear_args a = {0};
@@ -770,8 +770,8 @@ static void test_in_place(stof_ctx *ctx, fuse_ws ws, test_rng *r)
     /* the FFN reference with the residual being x itself */
     float *h = host_alloc(t * I), *c = host_alloc(t * H), *ref_ffn = host_alloc(t * H);
     memcpy(h, s.g1, sizeof(float) * t * I);
-    cpu_activation(h, t * I, CPU_ACT_GELU);
-    cpu_linear(h, s.w2, s.b2, c, t, H, I, CPU_ACT_NONE);
+    cpu_activation(h, t * I, ACT_GELU);
+    cpu_linear(h, s.w2, s.b2, c, t, H, I, ACT_NONE);
     cpu_layernorm(c, s.x, s.gamma, s.beta, ref_ffn, t, H, EPS);
     float *ln_dev = dev_f32(s.ref_ln, t * H), *ffn_dev = dev_f32(ref_ffn, t * H);
     for (int di = 0; di < 2; di++) {

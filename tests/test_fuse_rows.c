@@ -83,7 +83,7 @@ static void bias_act_case(stof_ctx *ctx, test_rng *r, int64_t m, int n, fuse_act
     float *ref = host_alloc(m * n);
     for (int64_t i = 0; i < m * n; i++)
         ref[i] = x[i] + (with_bias ? b[i % n] : 0);
-    cpu_activation(ref, m * n, (cpu_act)act);
+    cpu_activation(ref, m * n, (stof_act)act);
     void *dx = fuse_test_upload(x, m * n, dt);
     void *db = fuse_test_upload(b, n, dt);
     void *dy = in_place ? dx : fuse_test_alloc((size_t)m * n * 2);

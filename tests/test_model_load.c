@@ -221,7 +221,7 @@ static void check_config_matches(const char *folder, const bert_config *c, const
     }
     CHECK(c->head_dim == c->hidden_size / c->num_attention_heads, "%s: head_dim %d", folder,
           c->head_dim);
-    CHECK(c->hidden_act == BERT_ACT_GELU && strcmp(c->hidden_act_name, "gelu") == 0,
+    CHECK(c->hidden_act == ACT_GELU && strcmp(c->hidden_act_name, "gelu") == 0,
           "%s: activation %s", folder, c->hidden_act_name);
     CHECK(c->layer_norm_eps == 1e-12f, "%s: layer_norm_eps %g", folder, (double)c->layer_norm_eps);
     CHECK(strcmp(c->model_type, "bert") == 0, "%s: model_type %s", folder, c->model_type);
@@ -730,7 +730,7 @@ static void test_config_errors(void)
     bert_config c;
     CHECK_OK(stof_bert_config_parse(minimal, strlen(minimal), "min.json", &c));
     CHECK(c.max_position_embeddings == 512 && c.type_vocab_size == 2 &&
-              c.layer_norm_eps == 1e-12f && c.hidden_act == BERT_ACT_GELU && c.head_dim == 16,
+              c.layer_norm_eps == 1e-12f && c.hidden_act == ACT_GELU && c.head_dim == 16,
           "BertConfig defaults");
     CHECK_FAIL(stof_bert_config_parse("{\"hidden_size\":", 15, "bad.json", &c), F,
                "bad.json: not valid JSON");

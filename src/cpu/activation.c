@@ -1,6 +1,6 @@
 /*
  * activation.c — the elementwise activations of the encoder: exact (erf) GELU,
- * its tanh approximation, and ReLU. Each is evaluated in double and rounded
+ * its tanh approximation, ReLU and SiLU. Each is evaluated in double and rounded
  * once, so the float result is the correctly rounded value of the formula
  * up to libm's erf/tanh accuracy.
  */
@@ -28,21 +28,31 @@ static float relu(float x)
     return x < 0.0f ? 0.0f : x;
 }
 
-void cpu_activation(float *x, int64_t n, cpu_act act)
+static float silu(float x)
+{
+    double xd = x;
+    return (float)(xd / (1.0 + exp(-xd)));
+}
+
+void cpu_activation(float *x, int64_t n, stof_act act)
 {
     switch (act) {
-    case CPU_ACT_NONE: return;
-    case CPU_ACT_GELU:
+    case ACT_NONE: return;
+    case ACT_GELU:
         for (int64_t i = 0; i < n; i++)
             x[i] = cpu_gelu(x[i]);
         return;
-    case CPU_ACT_GELU_TANH:
+    case ACT_GELU_TANH:
         for (int64_t i = 0; i < n; i++)
             x[i] = cpu_gelu_tanh(x[i]);
         return;
-    case CPU_ACT_RELU:
+    case ACT_RELU:
         for (int64_t i = 0; i < n; i++)
             x[i] = relu(x[i]);
+        return;
+    case ACT_SILU:
+        for (int64_t i = 0; i < n; i++)
+            x[i] = silu(x[i]);
         return;
     }
 }

@@ -11,24 +11,19 @@
 
 #include <stdint.h>
 
+#include "core/act.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum cpu_act {
-    CPU_ACT_NONE = 0,
-    CPU_ACT_GELU = 1,      /* exact: x * 0.5 * (1 + erf(x / sqrt 2)) (HF "gelu") */
-    CPU_ACT_GELU_TANH = 2, /* tanh approximation (HF "gelu_new", "gelu_pytorch_tanh") */
-    CPU_ACT_RELU = 3
-} cpu_act;
-
 /* y[m, n] = act(x[m, k] W[n, k]^T + bias[n]); bias may be NULL. Uses OpenBLAS sgemm. */
 void cpu_linear(const float *x, const float *w, const float *bias, float *y, int64_t m, int64_t n,
-                int64_t k, cpu_act act);
+                int64_t k, stof_act act);
 /* Plain triple loop in double precision: the oracle for cpu_linear itself. */
 void cpu_linear_naive(const float *x, const float *w, const float *bias, float *y, int64_t m,
-                      int64_t n, int64_t k, cpu_act act);
-void cpu_activation(float *x, int64_t n, cpu_act act);
+                      int64_t n, int64_t k, stof_act act);
+void cpu_activation(float *x, int64_t n, stof_act act);
 float cpu_gelu(float x);
 float cpu_gelu_tanh(float x);
 
@@ -75,6 +70,27 @@ void cpu_embeddings(const int32_t *ids, const int32_t *positions, const int32_t 
 /* out[b, :] = mean of the packed rows of sequence b (zeros for an empty one). */
 void cpu_mean_pool(const float *packed, const int32_t *cu_seqlens, int64_t B, int64_t W,
                    float *out);
+
+/* ---- Ops of the decoder and ModernBERT families (HF semantics). */
+
+/* y[r, :] = (x[r, :] (+ residual[r, :])) / sqrt(mean(x^2) + eps) * w, as HF's
+ * LlamaRMSNorm: statistics in fp32 or better, w NULL means ones; y may alias
+ * x or residual. */
+void cpu_rmsnorm(const float *x, const float *residual, const float *w, float *y, int64_t rows,
+                 int64_t cols, float eps);
+/* inv_freq[i] for i < rot_dim / 2: theta^(-2i / rot_dim), rescaled as scaling
+ * says (a desc_rope_scaling value: none, linear (/ factor), llama3 (LLaMA 3.1's
+ * wavelength-dependent rule with low/high_freq_factor and the original
+ * context length)), exactly as HF's rope init functions compute it. */
+void cpu_rope_freqs(float theta, int rot_dim, int scaling, float factor, float low_freq_factor,
+                    float high_freq_factor, int original_max_positions, float *inv_freq);
+/* Rotary embedding in place, rotate-half convention: for each token t, head h,
+ * x + t * row_stride + h * head_dim holds a head whose first rot_dim dims
+ * rotate by angle positions[t] * inv_freq[i] (pairs i and i + rot_dim / 2). */
+void cpu_rope(float *x, int64_t tokens, int heads, int head_dim, int64_t row_stride,
+              const int32_t *positions, const float *inv_freq, int rot_dim);
+/* Gated linear unit: x [rows, 2 * inter]; y[r, i] = act(x[r, i]) * x[r, inter + i]. */
+void cpu_glu(const float *x, float *y, int64_t rows, int64_t inter, stof_act act);
 
 #ifdef __cplusplus
 }

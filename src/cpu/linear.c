@@ -11,7 +11,7 @@
 #include <limits.h>
 #include <string.h>
 
-static void add_bias_and_activate(float *y, const float *bias, int64_t m, int64_t n, cpu_act act)
+static void add_bias_and_activate(float *y, const float *bias, int64_t m, int64_t n, stof_act act)
 {
     for (int64_t r = 0; r < m; r++) {
         float *row = y + r * n;
@@ -23,7 +23,7 @@ static void add_bias_and_activate(float *y, const float *bias, int64_t m, int64_
 }
 
 void cpu_linear(const float *x, const float *w, const float *bias, float *y, int64_t m, int64_t n,
-                int64_t k, cpu_act act)
+                int64_t k, stof_act act)
 {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
@@ -43,7 +43,7 @@ void cpu_linear(const float *x, const float *w, const float *bias, float *y, int
 }
 
 void cpu_linear_naive(const float *x, const float *w, const float *bias, float *y, int64_t m,
-                      int64_t n, int64_t k, cpu_act act)
+                      int64_t n, int64_t k, stof_act act)
 {
     for (int64_t r = 0; r < m; r++) {
         for (int64_t c = 0; c < n; c++) {

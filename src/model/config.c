@@ -170,21 +170,23 @@ static stof_status string_field(const cJSON *root, const char *key, const char *
 
 static const struct {
     const char *name;
-    bert_act act;
+    stof_act act;
 } act_names[] = {
-    {"gelu", BERT_ACT_GELU},
-    {"gelu_new", BERT_ACT_GELU_TANH},
-    {"gelu_pytorch_tanh", BERT_ACT_GELU_TANH},
-    {"gelu_fast", BERT_ACT_GELU_TANH},
-    {"relu", BERT_ACT_RELU},
+    {"gelu", ACT_GELU},
+    {"gelu_new", ACT_GELU_TANH},
+    {"gelu_pytorch_tanh", ACT_GELU_TANH},
+    {"gelu_fast", ACT_GELU_TANH},
+    {"relu", ACT_RELU},
 };
 
-const char *stof_bert_act_str(bert_act act)
+const char *stof_bert_act_str(stof_act act)
 {
     switch (act) {
-    case BERT_ACT_GELU: return "gelu";
-    case BERT_ACT_GELU_TANH: return "gelu_tanh";
-    case BERT_ACT_RELU: return "relu";
+    case ACT_GELU: return "gelu";
+    case ACT_GELU_TANH: return "gelu_tanh";
+    case ACT_RELU: return "relu";
+    case ACT_SILU: return "silu";
+    case ACT_NONE: return "none";
     }
     return "unknown";
 }
@@ -270,8 +272,8 @@ stof_status stof_bert_config_validate(const bert_config *c, const char *name)
     STOF_REQUIRE(c->head_dim == c->hidden_size / c->num_attention_heads, STOF_ERR_FORMAT,
                  "%s: head_dim %d is not hidden_size / num_attention_heads = %d", name, c->head_dim,
                  c->hidden_size / c->num_attention_heads);
-    STOF_REQUIRE(c->hidden_act == BERT_ACT_GELU || c->hidden_act == BERT_ACT_GELU_TANH ||
-                     c->hidden_act == BERT_ACT_RELU,
+    STOF_REQUIRE(c->hidden_act == ACT_GELU || c->hidden_act == ACT_GELU_TANH ||
+                     c->hidden_act == ACT_RELU,
                  STOF_ERR_UNSUPPORTED, "%s: activation %d is not supported", name,
                  (int)c->hidden_act);
     STOF_REQUIRE(c->layer_norm_eps > 0 && c->layer_norm_eps <= 0.1f, STOF_ERR_FORMAT,

@@ -7,6 +7,7 @@
 #ifndef STOF_MODEL_CONFIG_H
 #define STOF_MODEL_CONFIG_H
 
+#include "core/act.h"
 #include "core/core.h"
 
 #ifdef __cplusplus
@@ -15,12 +16,6 @@ extern "C" {
 
 #define BERT_PATH_MAX 4096
 
-/* Same values as cpu_act in cpu/cpu_ref.h, so the two convert by cast. */
-typedef enum bert_act {
-    BERT_ACT_GELU = 1,      /* "gelu": exact, erf-based */
-    BERT_ACT_GELU_TANH = 2, /* "gelu_new", "gelu_pytorch_tanh", "gelu_fast" */
-    BERT_ACT_RELU = 3       /* "relu" */
-} bert_act;
 
 typedef enum bert_pooling {
     BERT_POOL_MEAN = 0, /* mean over the valid tokens */
@@ -34,7 +29,7 @@ typedef struct bert_config {
     int num_attention_heads;
     int head_dim; /* hidden_size / num_attention_heads */
     int intermediate_size;
-    bert_act hidden_act;
+    stof_act hidden_act;
     char hidden_act_name[32]; /* as written in config.json */
     float layer_norm_eps;
     int vocab_size;
@@ -78,7 +73,7 @@ stof_status stof_bert_config_validate(const bert_config *c, const char *name);
  * presence, not parsed, except modules.json and the pooling config. */
 stof_status stof_bert_locate(const char *dir, bert_files *out);
 
-const char *stof_bert_act_str(bert_act act);
+const char *stof_bert_act_str(stof_act act);
 const char *stof_bert_pooling_str(bert_pooling pooling);
 
 /* Reads a whole file of at most max_bytes into a NUL-terminated heap buffer

@@ -217,12 +217,12 @@ static void layer_forward(const stof_model *m, const bert_layer_weights *lw, con
     const bert_config *c = &m->w.config;
     int64_t T = r->tokens, H = c->hidden_size, I = c->intermediate_size;
     float eps = c->layer_norm_eps;
-    cpu_linear(ws->x, lw->qkv_w, lw->qkv_b, ws->qkv, T, 3 * H, H, CPU_ACT_NONE);
+    cpu_linear(ws->x, lw->qkv_w, lw->qkv_b, ws->qkv, T, 3 * H, H, ACT_NONE);
     attention_all(m, r, masks, ws);
-    cpu_linear(ws->attn, lw->attn_out_w, lw->attn_out_b, ws->tmp, T, H, H, CPU_ACT_NONE);
+    cpu_linear(ws->attn, lw->attn_out_w, lw->attn_out_b, ws->tmp, T, H, H, ACT_NONE);
     cpu_layernorm(ws->tmp, ws->x, lw->attn_ln_g, lw->attn_ln_b, ws->x, T, H, eps);
-    cpu_linear(ws->x, lw->inter_w, lw->inter_b, ws->inter, T, I, H, (cpu_act)c->hidden_act);
-    cpu_linear(ws->inter, lw->out_w, lw->out_b, ws->tmp, T, H, I, CPU_ACT_NONE);
+    cpu_linear(ws->x, lw->inter_w, lw->inter_b, ws->inter, T, I, H, (stof_act)c->hidden_act);
+    cpu_linear(ws->inter, lw->out_w, lw->out_b, ws->tmp, T, H, I, ACT_NONE);
     cpu_layernorm(ws->tmp, ws->x, lw->out_ln_g, lw->out_ln_b, ws->x, T, H, eps);
 }
 
