@@ -49,10 +49,10 @@ stof_status fuse_check_rows(int64_t m, const char *name, const char *what)
     return STOF_OK;
 }
 
-stof_status fuse_check_act(fuse_act act, const char *what)
+stof_status fuse_check_act(stof_act act, const char *what)
 {
-    STOF_REQUIRE(act == FUSE_ACT_NONE || act == FUSE_ACT_GELU || act == FUSE_ACT_GELU_TANH ||
-                     act == FUSE_ACT_RELU,
+    STOF_REQUIRE(act == ACT_NONE || act == ACT_GELU || act == ACT_GELU_TANH ||
+                     act == ACT_RELU || act == ACT_SILU,
                  STOF_ERR_INVALID_ARG, "%s: unknown activation %d", what, (int)act);
     return STOF_OK;
 }

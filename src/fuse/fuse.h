@@ -19,21 +19,14 @@
 #ifndef STOF_FUSE_H
 #define STOF_FUSE_H
 
+#include "core/act.h"
 #include "core/core.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Same numbering as cpu_act in src/cpu/cpu_ref.h. */
-typedef enum fuse_act {
-    FUSE_ACT_NONE = 0,
-    FUSE_ACT_GELU = 1,      /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
-    FUSE_ACT_GELU_TANH = 2, /* tanh approximation (cuBLASLt's GELU epilogue) */
-    FUSE_ACT_RELU = 3
-} fuse_act;
-
-const char *fuse_act_name(fuse_act act);
+const char *fuse_act_name(stof_act act);
 
 /* Largest width the row kernels (LayerNorm, embeddings) accept. */
 #define FUSE_MAX_ROW_WIDTH 8192
@@ -128,7 +121,7 @@ typedef struct fuse_linear_args {
     const void *x;            /* [m, k] */
     const void *w;            /* [n, k] */
     const void *bias;         /* [n], or NULL */
-    fuse_act act;             /* linear_act only */
+    stof_act act;             /* linear_act only */
     const void *residual;     /* [m, n]: linear_res_ln only; may equal y */
     const void *gamma, *beta; /* [n]: linear_res_ln only */
     float eps;                /* LayerNorm epsilon, > 0 */
@@ -152,7 +145,7 @@ typedef struct fuse_ffn_args {
     int hidden, inter;   /* multiples of 8 */
     const void *x;       /* [m, hidden] */
     const void *w1, *b1; /* [inter, hidden], [inter] (b1 may be NULL) */
-    fuse_act act;
+    stof_act act;
     const void *w2, *b2;      /* [hidden, inter], [hidden] (b2 may be NULL) */
     const void *residual;     /* [m, hidden] or NULL; may equal x and y */
     const void *gamma, *beta; /* [hidden], or both NULL for no LayerNorm */
@@ -211,19 +204,21 @@ stof_status fuse_run_ffn_chain(stof_ctx *ctx, const fuse_config *c, const fuse_f
 
 /*
  * y = epilogue(x w^T + bias + residual) with cuBLASLt: act NONE, RELU or
- * GELU_TANH (its GELU epilogue is the tanh approximation; GELU gives
- * UNSUPPORTED: use epilogue NONE and fuse_bias_act). residual (beta = 1, may
+ * GELU_TANH (fuse_lt_has_act; its GELU epilogue is the tanh approximation;
+ * GELU and SILU give UNSUPPORTED: use epilogue NONE and fuse_bias_act). residual (beta = 1, may
  * equal y) only with act NONE. The handle lives in ctx->cublaslt; descriptors
  * and the chosen algorithm are cached per (m, n, k, dtype, epilogue, alignment,
  * workspace), so a repeated shape makes no heuristic query.
  */
-stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *args, fuse_act act,
+stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *args, stof_act act,
                          const void *residual, fuse_ws ws);
+/* Whether cuBLASLt has an epilogue for act. */
+bool fuse_lt_has_act(stof_act act);
 /* How many algorithms cuBLASLt's heuristic offers for this GEMM (up to
  * FUSE_LT_MAX_ALGOS): the valid range of args->lt_algo. splits >= 2: for the
  * K-split GEMM of fuse_lt_gemm_parts instead (act and residual unused). */
 #define FUSE_LT_MAX_ALGOS 8
-stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, fuse_act act,
+stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, stof_act act,
                                const void *residual, int splits, fuse_ws ws, int *count);
 /*
  * The K of x w^T cut into `splits` equal slices, run as one strided-batched
@@ -270,7 +265,7 @@ int fuse_lt_cached_plans(const stof_ctx *ctx);
 
 /* y[m, n] = act(x[m, n] + bias[n]); bias may be NULL; y may equal x. */
 stof_status fuse_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n, const void *x,
-                          const void *bias, fuse_act act, void *y);
+                          const void *bias, stof_act act, void *y);
 /* y = LN(x + residual) * gamma + beta over rows of width cols (8..8192, multiple
  * of 8); residual may be NULL; y may equal x or residual. On sm_90 the kernel
  * reads gamma and beta before its programmatic-dependent-launch wait: they

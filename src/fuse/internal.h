@@ -23,7 +23,7 @@ stof_status fuse_check_opt_ptr(const void *p, const char *name, const char *what
 /* A feature count: 8 <= n <= max and a multiple of 8. */
 stof_status fuse_check_width(int64_t n, int64_t max, const char *name, const char *what);
 stof_status fuse_check_rows(int64_t m, const char *name, const char *what);
-stof_status fuse_check_act(fuse_act act, const char *what);
+stof_status fuse_check_act(stof_act act, const char *what);
 stof_status fuse_check_eps(float eps, const char *what);
 /* True when [a, a + a_bytes) and [b, b + b_bytes) share a byte. */
 bool fuse_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes);
@@ -50,7 +50,7 @@ stof_status fuse_launch_gemm_sm90_parts(stof_ctx *ctx, const fuse_config *c,
                                         const fuse_linear_args *a, int splits, float *parts);
 
 stof_status fuse_launch_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n, const void *x,
-                                 const void *bias, fuse_act act, void *y);
+                                 const void *bias, stof_act act, void *y);
 /* y = LN(x + bias + residual) * gamma + beta; bias and residual may be NULL. */
 stof_status fuse_launch_layernorm(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int cols,
                                   const void *x, const void *bias, const void *residual,

@@ -33,7 +33,7 @@ static stof_status check_batch(int batch, int len, const char *what)
 }
 
 stof_status fuse_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n, const void *x,
-                          const void *bias, fuse_act act, void *y)
+                          const void *bias, stof_act act, void *y)
 {
     const char *what = "fuse_bias_act";
     STOF_TRY(fuse_check_ctx(ctx, what));

@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(256)
 
 template <typename T>
 static stof_status launch_bias_act_t(stof_ctx *ctx, int64_t m, int n, const void *x,
-                                     const void *bias, fuse_act act, void *y)
+                                     const void *bias, stof_act act, void *y)
 {
     int64_t nvec64 = m * n / 8;
     /* a vector per thread, up to 8 CTAs of 256 per SM (all the threads an SM
@@ -173,10 +173,11 @@ static stof_status launch_bias_act_t(stof_ctx *ctx, int64_t m, int n, const void
     void *args[] = {&xt, &bt, &yt, &nvec, &row_vecs};
     const void *fn;
     switch (act) {
-    case FUSE_ACT_GELU: fn = (const void *)bias_act_kernel<T, FUSE_ACT_GELU>; break;
-    case FUSE_ACT_GELU_TANH: fn = (const void *)bias_act_kernel<T, FUSE_ACT_GELU_TANH>; break;
-    case FUSE_ACT_RELU: fn = (const void *)bias_act_kernel<T, FUSE_ACT_RELU>; break;
-    default: fn = (const void *)bias_act_kernel<T, FUSE_ACT_NONE>; break;
+    case ACT_GELU: fn = (const void *)bias_act_kernel<T, ACT_GELU>; break;
+    case ACT_GELU_TANH: fn = (const void *)bias_act_kernel<T, ACT_GELU_TANH>; break;
+    case ACT_RELU: fn = (const void *)bias_act_kernel<T, ACT_RELU>; break;
+    case ACT_SILU: fn = (const void *)bias_act_kernel<T, ACT_SILU>; break;
+    default: fn = (const void *)bias_act_kernel<T, ACT_NONE>; break;
     }
     STOF_CUDA_TRY(stof_launch_pdl(ctx->cc_major >= 9, fn, dim3((unsigned)blocks), dim3(256), args,
                                   0, (cudaStream_t)ctx->stream));
@@ -184,7 +185,7 @@ static stof_status launch_bias_act_t(stof_ctx *ctx, int64_t m, int n, const void
 }
 
 extern "C" stof_status fuse_launch_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n,
-                                            const void *x, const void *bias, fuse_act act, void *y)
+                                            const void *x, const void *bias, stof_act act, void *y)
 {
     if (dtype == STOF_BF16) return launch_bias_act_t<__nv_bfloat16>(ctx, m, n, x, bias, act, y);
     return launch_bias_act_t<__half>(ctx, m, n, x, bias, act, y);

@@ -54,7 +54,7 @@ static stof_status ffn(stof_model *m, const gpu_layer *w, const layer_plan *p, c
         f.x = g->x;
         f.w1 = w->i_w;
         f.b1 = w->i_b;
-        f.act = (fuse_act)c->hidden_act;
+        f.act = c->hidden_act;
         f.w2 = w->f_w;
         f.b2 = w->f_b;
         f.residual = g->x;

@@ -84,7 +84,7 @@ fuse_linear_args eng_segment_args(const stof_model *m, const gpu_layer *w, int s
     memset(&a, 0, sizeof a);
     a.dtype = g->dtype;
     a.m = T;
-    a.act = FUSE_ACT_NONE;
+    a.act = ACT_NONE;
     a.w_ready = true; /* weights are written once, at load */
     switch (seg) {
     case TUNE_SEG_QKV:
@@ -96,7 +96,7 @@ fuse_linear_args eng_segment_args(const stof_model *m, const gpu_layer *w, int s
         break;
     case TUNE_SEG_FFN1:
         a.n = I, a.k = H, a.x = g->x, a.w = w->i_w, a.bias = w->i_b, a.y = g->inter;
-        a.act = (fuse_act)c->hidden_act;
+        a.act = c->hidden_act;
         break;
     default: /* TUNE_SEG_FFN2 */
         a.n = H, a.k = I, a.x = g->inter, a.w = w->f_w, a.bias = w->f_b, a.y = g->x;
@@ -355,11 +355,12 @@ stof_status enc_gpu_lt_algos(stof_model *m, int seg, int64_t rows, int *count)
     STOF_REQUIRE(seg >= 0 && seg < TUNE_NSEG, STOF_ERR_INVALID_ARG,
                  "enc_gpu_lt_algos: segment %d", seg);
     /* The GEMM the cuBLASLt path of the segment runs (segments.c): exact GELU
-     * goes to a row kernel with the bias; LayerNorm segments take the residual. */
+     * and SiLU go to a row kernel with the bias; LayerNorm segments take the
+     * residual. */
     fuse_linear_args a = eng_segment_args(m, &g->layers[0], seg, rows);
-    fuse_act act = a.act;
-    if (act == FUSE_ACT_GELU) {
-        act = FUSE_ACT_NONE;
+    stof_act act = a.act;
+    if (!fuse_lt_has_act(act)) {
+        act = ACT_NONE;
         a.bias = NULL;
     }
     return fuse_lt_algo_count(m->ctx, &a, act, a.residual, eng_segment_splits(m, seg, rows), g->lt,
