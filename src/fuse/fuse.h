@@ -325,6 +325,49 @@ stof_status fuse_mean_pool(stof_ctx *ctx, stof_dtype in_dtype, const void *packe
                            const int32_t *cu_seqlens, int batch, int width, int64_t packed_cap,
                            stof_dtype out_dtype, void *out);
 
+/* ------------------------------------------------------------ ops of the decoder families */
+
+typedef enum fuse_norm_kind {
+    FUSE_NORM_LAYER = 0, /* (h - mean) / sqrt(var + eps) * gamma + beta, biased variance */
+    FUSE_NORM_RMS = 1    /* h / sqrt(mean(h^2) + eps) * gamma (beta must be NULL) */
+} fuse_norm_kind;
+
+/*
+ * h = x + residual over rows of width cols (8..8192, a multiple of 8);
+ * residual may be NULL (h = x). sum_out, when not NULL, receives h in the
+ * dtype (the pre-norm residual stream), and y = norm(h) with h as rounded
+ * there. gamma NULL means ones, beta NULL zeros (LayerNorm without a bias).
+ * y and sum_out may each be x or residual exactly, never each other.
+ */
+stof_status fuse_norm(stof_ctx *ctx, stof_dtype dtype, fuse_norm_kind kind, int64_t rows, int cols,
+                      const void *x, const void *residual, const void *gamma, const void *beta,
+                      float eps, void *y, void *sum_out);
+/*
+ * Rotary embedding in place, rotate-half convention (cpu_rope): token t's
+ * heads start at x + t * row_stride (elements), head h at h * head_dim; the
+ * first rot_dim dims of each (even, <= head_dim) rotate by positions[t] *
+ * inv_freq[i] (device F32 [rot_dim / 2]) on pairs (i, i + rot_dim / 2). On
+ * a packed QKV buffer [T, (heads + 2 kv_heads) * D] one call with heads +
+ * kv_heads heads turns q and k, which lie side by side in each row.
+ */
+stof_status fuse_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens, int heads,
+                      int head_dim, int64_t row_stride, const int32_t *positions,
+                      const float *inv_freq, int rot_dim);
+/* y[r, i] = act(x[r, i]) * x[r, inter + i]; x [rows, 2 inter], y [rows, inter]
+ * (inter a multiple of 8); y must not overlap x. */
+stof_status fuse_glu(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int inter, const void *x,
+                     stof_act act, void *y);
+/* out[t] = word[ids[t]] (+ position[positions[t]] when position is not NULL)
+ * for t < tokens, no norm; an index out of its table gives a row of NaN. */
+stof_status fuse_embed_sum(stof_ctx *ctx, stof_dtype dtype, const void *word, int vocab,
+                           const void *position, int max_pos, int hidden, const int32_t *ids,
+                           const int32_t *positions, int64_t tokens, void *out);
+/* out[b] = the last packed row of sequence b (zeros when empty); in_dtype
+ * F16/BF16, out_dtype that or F32. */
+stof_status fuse_gather_last(stof_ctx *ctx, stof_dtype in_dtype, const void *packed,
+                             const int32_t *cu_seqlens, int batch, int width, int64_t packed_cap,
+                             stof_dtype out_dtype, void *out);
+
 #ifdef __cplusplus
 }
 #endif

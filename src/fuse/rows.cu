@@ -11,31 +11,8 @@
  */
 #include "fuse/internal.h"
 #include "fuse/mma.cuh"
+#include "fuse/rows.cuh"
 #include "core/launch.cuh"
-
-static __device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* Sum over the TPR threads that share a row (TPR 32: one warp; else the CTA). */
-template <int TPR> static __device__ __forceinline__ float row_sum(float v, float *red)
-{
-    v = warp_sum(v);
-    if (TPR == 32) return v;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < TPR / 32; i++)
-        s += red[i];
-    __syncthreads(); /* red is reused by the next reduction */
-    return s;
-}
 
 /* gamma and beta of the vectors one thread normalises (vector i of thread
  * `lane` is columns (lane + i * TPR) * 8 ..), as loaded. They are parameters
@@ -450,16 +427,6 @@ extern "C" stof_status fuse_launch_embeddings(stof_ctx *ctx, stof_dtype dtype,
 }
 
 /* ---------------------------------------------------------------- padding-free helpers */
-
-/* Length of sequence b from cu_seqlens, cut to [0, len]; *start is clamped to >= 0. */
-static __device__ __forceinline__ int seq_extent(const int32_t *cu, int b, int len, int64_t *start)
-{
-    int s = cu[b], e = cu[b + 1];
-    int n = e - s;
-    *start = s < 0 ? 0 : s;
-    if (s < 0 || n < 0) return 0;
-    return n > len ? len : n;
-}
 
 /* One warp prefix-sums the lengths, 32 at a time. */
 __global__ void cu_seqlens_kernel(const int32_t *__restrict__ lengths, int batch, int len,
