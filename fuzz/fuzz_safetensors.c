@@ -10,7 +10,7 @@
  * that config (hidden 8, 1 layer, 2 heads, intermediate 16, vocab 4,
  * positions 4, 1 token type).
  */
-#include "model/safetensors.h"
+#include "io/safetensors.h"
 #include "model/weights.h"
 
 #include <stdlib.h>

@@ -292,8 +292,10 @@ STOF_API stof_status stof_attention_select(stof_ctx *ctx, const stof_attn_params
 
 /* ---------------------------------------------------------------- models */
 
-/* A BERT-family encoder loaded from a Hugging Face folder (config.json +
- * model.safetensors; also the sentence-transformers layout). */
+/* A model loaded from a Hugging Face folder (config.json + model.safetensors,
+ * or a sharded model.safetensors.index.json; also the sentence-transformers
+ * layout). Families: bert, gpt2, llama (model_type llama, mistral, qwen2) and
+ * modernbert; decoders (gpt2, llama) also give logits. */
 typedef struct stof_model stof_model;
 
 typedef struct stof_model_params {
@@ -306,7 +308,8 @@ typedef struct stof_model_params {
 
 typedef enum stof_pooling {
     STOF_POOL_MEAN = 0, /* mean over the real tokens (sentence-transformers default) */
-    STOF_POOL_CLS = 1   /* the first token */
+    STOF_POOL_CLS = 1,  /* the first token */
+    STOF_POOL_LAST = 2  /* the last real token (decoders' default) */
 } stof_pooling;
 
 typedef struct stof_model_info {
@@ -316,6 +319,10 @@ typedef struct stof_model_info {
     stof_dtype dtype;     /* the run dtype */
     stof_pooling pooling; /* from the sentence-transformers config; mean by default */
     int normalize;        /* 1 when the folder asks for L2-normalised embeddings */
+    char family[16];      /* "bert", "gpt2", "llama", "modernbert" */
+    char model_type[32];  /* config.json's model_type ("mistral", "qwen2", ...) */
+    int kv_heads;         /* key/value heads (< heads: grouped-query attention) */
+    int is_decoder;       /* 1: causal, with an LM head (logits in stof_forward_params) */
 } stof_model_info;
 
 STOF_API stof_model_params stof_model_default_params(void);
@@ -336,6 +343,11 @@ typedef struct stof_forward_params {
                                           Hugging Face 0/1 mask of a right-padded batch
                                           (each row ones, then zeros), an alternative to
                                           the lengths argument; NULL: use that */
+    stof_tensor *logits;        /* decoders: F32 logits, host or ctx memory, contiguous:
+                                   [B, vocab] for the last real token of each sequence,
+                                   or [B, L, vocab] (zeros at padding) when logits_all;
+                                   NULL: none. An encoder refuses it */
+    int logits_all;             /* 1: logits for every token */
 } stof_forward_params;
 
 STOF_API stof_forward_params stof_forward_default_params(void);
@@ -347,7 +359,8 @@ STOF_API stof_forward_params stof_forward_default_params(void);
  *                or what params->attention_mask says)
  *   token_types  I32 or I64 [B, L] (NULL: all 0)
  *   hidden_out   [B, L, hidden] last hidden state in the run dtype (or F32), zeros
- *                at padding, ctx memory; NULL to skip
+ *                at padding, ctx memory; or [T, hidden] with T the real tokens: packed,
+ *                sequence after sequence (CPU); NULL to skip
  *   pooled_out   F32 [B, hidden] pooled embeddings (L2-normalised when the model
  *                asks for it), ctx memory or host memory; NULL to skip
  * The batch is planned on the host. When the lengths (or the attention mask),

@@ -72,7 +72,7 @@ static void to_host(void *dst, const void *src, size_t n)
 
 /* ---------------------------------------------------------------- model folders */
 
-typedef struct model_desc {
+typedef struct tiny_desc {
     const char *name;
     int hidden, heads, inter, layers, vocab, positions, types;
     const char *act;
@@ -80,7 +80,7 @@ typedef struct model_desc {
     const char *layout;  /* "plain", "st_sub" (0_Transformer), "st_root" */
     const char *pooling; /* "mean" or "cls" */
     bool normalize;
-} model_desc;
+} tiny_desc;
 
 static char tmp_root[512];
 static stof_ctx *g_cpu, *g_gpu;
@@ -160,7 +160,7 @@ static void ck_layernorm(checkpoint *ck, test_rng *r, const char *base, int h)
     ck_add(ck, r, n, h, 0, 0.0f, 0.05f);
 }
 
-static void random_checkpoint(const model_desc *d, test_rng *r, checkpoint *ck)
+static void random_checkpoint(const tiny_desc *d, test_rng *r, checkpoint *ck)
 {
     memset(ck, 0, sizeof *ck);
     ck_add(ck, r, "embeddings.word_embeddings.weight", d->vocab, d->hidden, 0.0f, 0.5f);
@@ -243,7 +243,7 @@ static void write_safetensors(const char *path, const checkpoint *ck, const char
     free(hdr);
 }
 
-static void write_config(const char *dir, const model_desc *d)
+static void write_config(const char *dir, const tiny_desc *d)
 {
     char path[1024], text[2048];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -259,7 +259,7 @@ static void write_config(const char *dir, const model_desc *d)
 }
 
 /* Writes the folder of d under tmp_root; out gets the path to load. */
-static void write_model(const model_desc *d, test_rng *r, char *out, size_t cap)
+static void write_model(const tiny_desc *d, test_rng *r, char *out, size_t cap)
 {
     char root[768], tdir[900], path[1024], text[1024];
     snprintf(root, sizeof root, "%s/%s", tmp_root, d->name);
@@ -658,7 +658,7 @@ static void free_pair(models *mm)
     stof_model_destroy(mm->gpu);
 }
 
-static void run_model(const model_desc *d, const run_case *cases, int n_cases, test_rng *r)
+static void run_model(const tiny_desc *d, const run_case *cases, int n_cases, test_rng *r)
 {
     char dir[1024];
     write_model(d, r, dir, sizeof dir);
@@ -679,7 +679,7 @@ static void run_model(const model_desc *d, const run_case *cases, int n_cases, t
 
 static void test_small_models(test_rng *r)
 {
-    static const model_desc small = {"small", 64,     2,     128,      2,      200, 128,
+    static const tiny_desc small = {"small", 64,     2,     128,      2,      200, 128,
                                      2,       "gelu", "F32", "st_sub", "mean", true};
     static const run_case small_cases[] = {
         {3, 24, false, true, true, NULL},
@@ -691,7 +691,7 @@ static void test_small_models(test_rng *r)
     };
     run_model(&small, small_cases, (int)(sizeof small_cases / sizeof small_cases[0]), r);
 
-    static const model_desc mid = {"mid", 128,        2,      256,       3,     300,  256,
+    static const tiny_desc mid = {"mid", 128,        2,      256,       3,     300,  256,
                                    3,     "gelu_new", "BF16", "st_root", "cls", false};
     static const run_case mid_cases[] = {
         {5, 48, false, true, true, NULL},
@@ -704,7 +704,7 @@ static void test_small_models(test_rng *r)
 
 static void test_base_model(test_rng *r)
 {
-    static const model_desc base = {"base", 768,    12,    3072,    2,      1000, 512,
+    static const tiny_desc base = {"base", 768,    12,    3072,    2,      1000, 512,
                                     2,      "gelu", "F16", "plain", "mean", false};
     /* Small token counts run cuBLASLt + row kernels; the large batch
      * (thousands of tokens) runs the residual + LayerNorm and FFN chain templates. */
@@ -722,7 +722,7 @@ static void test_base_model(test_rng *r)
 /* Workspace growth and shrink: a repeat of a small shape after a large one gives the same. */
 static void test_shapes(test_rng *r)
 {
-    static const model_desc d = {"shapes", 128,    4,     256,     1,      100,  256,
+    static const tiny_desc d = {"shapes", 128,    4,     256,     1,      100,  256,
                                  2,        "relu", "F16", "plain", "mean", false};
     char dir[1024];
     write_model(&d, r, dir, sizeof dir);
@@ -837,7 +837,7 @@ static void test_gpu_misuse(test_rng *r)
     CHECK_FAIL(stof_model_load(g_gpu, path, NULL, &m), STOF_ERR_UNSUPPORTED,
                "head dims 32, 64 and 128; this model has 16");
     CHECK(m == NULL, "out not reset after a refused load");
-    static const model_desc d = {"misuse", 64,     2,     128,     1,      150,  64,
+    static const tiny_desc d = {"misuse", 64,     2,     128,     1,      150,  64,
                                  2,        "gelu", "F32", "plain", "mean", false};
     char dir[1024];
     write_model(&d, r, dir, sizeof dir);
@@ -1016,7 +1016,7 @@ static tune_plan forced_plan(int rows, int hidden, int inter, int kind)
  * cache entry, and a fresh model that finds the plan in the cache. */
 static void test_tune(test_rng *r)
 {
-    static const model_desc d = {"tune", 768,    12,    3072,    2,      1000, 512,
+    static const tiny_desc d = {"tune", 768,    12,    3072,    2,      1000, 512,
                                  2,      "gelu", "F16", "plain", "mean", false};
     char dir[1024];
     write_model(&d, r, dir, sizeof dir);

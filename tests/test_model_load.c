@@ -9,7 +9,7 @@
  * tensors leave the data section.
  */
 #include "model/config.h"
-#include "model/safetensors.h"
+#include "io/safetensors.h"
 #include "model/weights.h"
 #include "testlib.h"
 

@@ -34,14 +34,16 @@ class _ModelInfo(Structure):
     _fields_ = [("hidden", c_int), ("layers", c_int), ("heads", c_int), ("head_dim", c_int),
                 ("intermediate", c_int), ("vocab", c_int), ("max_positions", c_int),
                 ("type_vocab", c_int), ("layer_norm_eps", c_float), ("dtype", c_int),
-                ("pooling", c_int), ("normalize", c_int)]
+                ("pooling", c_int), ("normalize", c_int), ("family", ctypes.c_char * 16),
+                ("model_type", ctypes.c_char * 32), ("kv_heads", c_int), ("is_decoder", c_int)]
 
 
 _P = POINTER
 
 
 class _ForwardParams(Structure):
-    _fields_ = [("mask", c_void_p), ("eager", c_int), ("attention_mask", _P(_lib.Tensor))]
+    _fields_ = [("mask", c_void_p), ("eager", c_int), ("attention_mask", _P(_lib.Tensor)),
+                ("logits", _P(_lib.Tensor)), ("logits_all", c_int)]
 
 
 _T = _P(_lib.Tensor)

@@ -10,6 +10,7 @@
  * unknown activation or pooling) is refused rather than approximated.
  */
 #include "model/config.h"
+#include "model/engine.h"
 
 #include <cjson/cJSON.h>
 
@@ -101,7 +102,7 @@ static stof_status parse_json(const char *text, size_t len, const char *name, cJ
     return STOF_OK;
 }
 
-static stof_status load_json(const char *path, cJSON **out)
+stof_status cfg_load_json(const char *path, cJSON **out)
 {
     char *text;
     size_t len;
@@ -128,8 +129,8 @@ static void describe(const cJSON *v, char *buf, size_t cap)
 }
 
 /* An integer field in [lo, hi]; dflt is used when absent and not required. */
-static stof_status int_field(const cJSON *root, const char *key, const char *name, bool required,
-                             int dflt, int lo, int hi, int *out)
+stof_status cfg_int(const cJSON *root, const char *key, const char *name, bool required, int dflt,
+                    int lo, int hi, int *out)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!v) {
@@ -148,8 +149,8 @@ static stof_status int_field(const cJSON *root, const char *key, const char *nam
 }
 
 /* A string field copied into out[cap]; dflt when absent. */
-static stof_status string_field(const cJSON *root, const char *key, const char *name,
-                                const char *dflt, char *out, size_t cap)
+stof_status cfg_string(const cJSON *root, const char *key, const char *name, const char *dflt,
+                       char *out, size_t cap)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     const char *s = dflt;
@@ -166,6 +167,114 @@ static stof_status string_field(const cJSON *root, const char *key, const char *
     return STOF_OK;
 }
 
+/* A number field in [lo, hi]; dflt when absent or null and not required. */
+stof_status cfg_float(const cJSON *root, const char *key, const char *name, bool required,
+                      double dflt, double lo, double hi, float *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) {
+        STOF_REQUIRE(!required, STOF_ERR_FORMAT, "%s: \"%s\" is missing", name, key);
+        *out = (float)dflt;
+        return STOF_OK;
+    }
+    char got[80];
+    describe(v, got, sizeof got);
+    STOF_REQUIRE(cJSON_IsNumber(v) && v->valuedouble >= lo && v->valuedouble <= hi,
+                 STOF_ERR_FORMAT, "%s: \"%s\" = %s is not a number in [%g, %g]", name, key, got,
+                 lo, hi);
+    *out = (float)v->valuedouble;
+    return STOF_OK;
+}
+
+stof_status cfg_bool(const cJSON *root, const char *key, const char *name, bool dflt, bool *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) {
+        *out = dflt;
+        return STOF_OK;
+    }
+    char got[80];
+    describe(v, got, sizeof got);
+    STOF_REQUIRE(cJSON_IsBool(v), STOF_ERR_FORMAT, "%s: \"%s\" must be true or false, got %s",
+                 name, key, got);
+    *out = cJSON_IsTrue(v);
+    return STOF_OK;
+}
+
+/* One rope parameter set: HF 5's rope_parameters object ({"rope_type",
+ * "rope_theta", "factor", ...}) or HF 4's rope_scaling object beside a
+ * top-level rope_theta (theta then comes in as dflt_theta). */
+stof_status cfg_rope(const cJSON *params, const char *name, double dflt_theta, rope_desc *out)
+{
+    out->scaling = ROPE_SCALING_NONE;
+    out->factor = 1.0f;
+    STOF_TRY(cfg_float(params, "rope_theta", name, false, dflt_theta, 1e-3, 1e12, &out->theta));
+    if (!params) return STOF_OK;
+    STOF_REQUIRE(cJSON_IsObject(params), STOF_ERR_FORMAT, "%s: rope parameters must be an object",
+                 name);
+    char type[32];
+    const char *key = cJSON_GetObjectItemCaseSensitive(params, "rope_type") ? "rope_type" : "type";
+    STOF_TRY(cfg_string(params, key, name, "default", type, sizeof type));
+    if (strcmp(type, "default") == 0) return STOF_OK;
+    STOF_TRY(cfg_float(params, "factor", name, true, 1, 1e-6, 1e6, &out->factor));
+    if (strcmp(type, "linear") == 0) {
+        out->scaling = ROPE_SCALING_LINEAR;
+        return STOF_OK;
+    }
+    STOF_REQUIRE(strcmp(type, "llama3") == 0, STOF_ERR_UNSUPPORTED,
+                 "%s: rope_type \"%s\" is not supported (default, linear, llama3)", name, type);
+    out->scaling = ROPE_SCALING_LLAMA3;
+    STOF_TRY(cfg_float(params, "low_freq_factor", name, true, 1, 1e-6, 1e6,
+                       &out->low_freq_factor));
+    STOF_TRY(cfg_float(params, "high_freq_factor", name, true, 4, 1e-6, 1e6,
+                       &out->high_freq_factor));
+    return cfg_int(params, "original_max_position_embeddings", name, true, 0, 1, 1 << 24,
+                   &out->original_max_positions);
+}
+
+/* An integer field that may be null (HF writes "sliding_window": null): dflt then. */
+stof_status cfg_int_or_null(const cJSON *root, const char *key, const char *name, int dflt, int lo,
+                            int hi, int *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (cJSON_IsNull(v)) {
+        *out = dflt;
+        return STOF_OK;
+    }
+    return cfg_int(root, key, name, false, dflt, lo, hi, out);
+}
+
+/* Layer i's entry of "layer_types" ("full_attention" / "sliding_attention"):
+ * 1 sliding, 0 full, -1 when the config has no such list. */
+stof_status cfg_layer_type(const cJSON *root, const char *name, int layers, int i, int *sliding)
+{
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    *sliding = -1;
+    if (!types || cJSON_IsNull(types)) return STOF_OK;
+    STOF_REQUIRE(cJSON_IsArray(types) && cJSON_GetArraySize(types) == layers, STOF_ERR_FORMAT,
+                 "%s: \"layer_types\" must be an array of %d strings", name, layers);
+    const cJSON *t = cJSON_GetArrayItem(types, i);
+    STOF_REQUIRE(cJSON_IsString(t), STOF_ERR_FORMAT, "%s: \"layer_types\"[%d] is not a string",
+                 name, i);
+    if (strcmp(t->valuestring, "full_attention") == 0)
+        *sliding = 0;
+    else if (strcmp(t->valuestring, "sliding_attention") == 0)
+        *sliding = 1;
+    else
+        return stof_error(STOF_ERR_UNSUPPORTED,
+                          "%s: \"layer_types\"[%d] = \"%.48s\" is not supported "
+                          "(full_attention, sliding_attention)",
+                          name, i, t->valuestring);
+    return STOF_OK;
+}
+
+/* The family's layers, allocated once (desc_free releases them). */
+stof_status cfg_alloc_layers(model_desc *d, int layers)
+{
+    d->layers = layers;
+    return stof_host_calloc((size_t)layers, sizeof *d->layer, (void **)&d->layer);
+}
+
 /* ---- config.json */
 
 static const struct {
@@ -177,6 +286,8 @@ static const struct {
     {"gelu_pytorch_tanh", ACT_GELU_TANH},
     {"gelu_fast", ACT_GELU_TANH},
     {"relu", ACT_RELU},
+    {"silu", ACT_SILU},
+    {"swish", ACT_SILU},
 };
 
 const char *stof_bert_act_str(stof_act act)
@@ -193,15 +304,36 @@ const char *stof_bert_act_str(stof_act act)
 
 const char *stof_bert_pooling_str(bert_pooling pooling)
 {
-    return pooling == BERT_POOL_CLS ? "cls" : pooling == BERT_POOL_MEAN ? "mean" : "unknown";
+    return pooling == BERT_POOL_CLS    ? "cls"
+           : pooling == BERT_POOL_MEAN ? "mean"
+           : pooling == BERT_POOL_LAST ? "lasttoken"
+                                       : "unknown";
+}
+
+stof_status cfg_act(const cJSON *root, const char *key, const char *name, const char *dflt,
+                    stof_act *out)
+{
+    char act[64];
+    STOF_TRY(cfg_string(root, key, name, dflt, act, sizeof act));
+    for (size_t i = 0; i < sizeof act_names / sizeof act_names[0]; i++) {
+        if (strcmp(act, act_names[i].name) == 0) {
+            *out = act_names[i].act;
+            return STOF_OK;
+        }
+    }
+    return stof_error(STOF_ERR_UNSUPPORTED,
+                      "%s: %s \"%s\" is not supported (gelu, gelu_new, gelu_pytorch_tanh, "
+                      "gelu_fast, relu, silu)",
+                      name, key, act);
 }
 
 static stof_status read_activation(const cJSON *root, const char *name, bert_config *c)
 {
     char act[64];
-    STOF_TRY(string_field(root, "hidden_act", name, "gelu", act, sizeof act));
+    STOF_TRY(cfg_string(root, "hidden_act", name, "gelu", act, sizeof act));
     for (size_t i = 0; i < sizeof act_names / sizeof act_names[0]; i++) {
-        if (strcmp(act, act_names[i].name) == 0) {
+        /* BERT runs the GELUs and ReLU (the GPU epilogues it was built for). */
+        if (strcmp(act, act_names[i].name) == 0 && act_names[i].act != ACT_SILU) {
             c->hidden_act = act_names[i].act;
             snprintf(c->hidden_act_name, sizeof c->hidden_act_name, "%s", act_names[i].name);
             return STOF_OK;
@@ -231,12 +363,12 @@ static stof_status read_layer_norm_eps(const cJSON *root, const char *name, bert
 /* What would make the forward differ from transformers'. */
 static stof_status check_supported_variant(const cJSON *root, const char *name, bert_config *c)
 {
-    STOF_TRY(string_field(root, "model_type", name, "bert", c->model_type, sizeof c->model_type));
+    STOF_TRY(cfg_string(root, "model_type", name, "bert", c->model_type, sizeof c->model_type));
     STOF_REQUIRE(strcmp(c->model_type, "bert") == 0, STOF_ERR_UNSUPPORTED,
                  "%s: model_type \"%s\" is not supported (stof reads \"bert\")", name,
                  c->model_type);
     char pos[64];
-    STOF_TRY(string_field(root, "position_embedding_type", name, "absolute", pos, sizeof pos));
+    STOF_TRY(cfg_string(root, "position_embedding_type", name, "absolute", pos, sizeof pos));
     STOF_REQUIRE(strcmp(pos, "absolute") == 0, STOF_ERR_UNSUPPORTED,
                  "%s: position_embedding_type \"%s\" is not supported (only \"absolute\")", name,
                  pos);
@@ -281,21 +413,21 @@ stof_status stof_bert_config_validate(const bert_config *c, const char *name)
     return STOF_OK;
 }
 
-static stof_status config_from_json(const cJSON *root, const char *name, bert_config *c)
+stof_status stof_bert_config_from_json(const cJSON *root, const char *name, bert_config *c)
 {
     STOF_REQUIRE(cJSON_IsObject(root), STOF_ERR_FORMAT, "%s: must hold a JSON object", name);
     STOF_TRY(check_supported_variant(root, name, c));
-    STOF_TRY(int_field(root, "hidden_size", name, true, 0, 1, BERT_MAX_HIDDEN, &c->hidden_size));
-    STOF_TRY(int_field(root, "num_hidden_layers", name, true, 0, 1, BERT_MAX_LAYERS,
+    STOF_TRY(cfg_int(root, "hidden_size", name, true, 0, 1, BERT_MAX_HIDDEN, &c->hidden_size));
+    STOF_TRY(cfg_int(root, "num_hidden_layers", name, true, 0, 1, BERT_MAX_LAYERS,
                        &c->num_hidden_layers));
-    STOF_TRY(int_field(root, "num_attention_heads", name, true, 0, 1, BERT_MAX_HEADS,
+    STOF_TRY(cfg_int(root, "num_attention_heads", name, true, 0, 1, BERT_MAX_HEADS,
                        &c->num_attention_heads));
-    STOF_TRY(int_field(root, "intermediate_size", name, true, 0, 1, BERT_MAX_INTERMEDIATE,
+    STOF_TRY(cfg_int(root, "intermediate_size", name, true, 0, 1, BERT_MAX_INTERMEDIATE,
                        &c->intermediate_size));
-    STOF_TRY(int_field(root, "vocab_size", name, true, 0, 1, BERT_MAX_VOCAB, &c->vocab_size));
-    STOF_TRY(int_field(root, "max_position_embeddings", name, false, 512, 1, BERT_MAX_POSITIONS,
+    STOF_TRY(cfg_int(root, "vocab_size", name, true, 0, 1, BERT_MAX_VOCAB, &c->vocab_size));
+    STOF_TRY(cfg_int(root, "max_position_embeddings", name, false, 512, 1, BERT_MAX_POSITIONS,
                        &c->max_position_embeddings));
-    STOF_TRY(int_field(root, "type_vocab_size", name, false, 2, 1, BERT_MAX_TYPE_VOCAB,
+    STOF_TRY(cfg_int(root, "type_vocab_size", name, false, 2, 1, BERT_MAX_TYPE_VOCAB,
                        &c->type_vocab_size));
     STOF_TRY(read_activation(root, name, c));
     STOF_TRY(read_layer_norm_eps(root, name, c));
@@ -315,7 +447,7 @@ stof_status stof_bert_config_parse(const char *json, size_t len, const char *nam
     STOF_TRY(parse_json(json, len, name, &root));
     bert_config c;
     memset(&c, 0, sizeof c);
-    stof_status st = config_from_json(root, name, &c);
+    stof_status st = stof_bert_config_from_json(root, name, &c);
     cJSON_Delete(root);
     if (st == STOF_OK) *out = c;
     return st;
@@ -419,7 +551,7 @@ static stof_status read_module(const cJSON *m, int idx, const char *file, st_mod
 static stof_status read_modules(const char *path, st_modules *mods)
 {
     cJSON *root;
-    STOF_TRY(load_json(path, &root));
+    STOF_TRY(cfg_load_json(path, &root));
     stof_status st = STOF_OK;
     if (!cJSON_IsArray(root)) st = stof_error(STOF_ERR_FORMAT, "%s: must be a JSON array", path);
     int idx = 0;
@@ -437,7 +569,7 @@ static const struct {
 } pooling_keys[] = {
     {"pooling_mode_cls_token", BERT_POOL_CLS}, {"pooling_mode_mean_tokens", BERT_POOL_MEAN},
     {"pooling_mode_max_tokens", -1},           {"pooling_mode_mean_sqrt_len_tokens", -1},
-    {"pooling_mode_weightedmean_tokens", -1},  {"pooling_mode_lasttoken", -1},
+    {"pooling_mode_weightedmean_tokens", -1},  {"pooling_mode_lasttoken", BERT_POOL_LAST},
 };
 
 static stof_status pooling_from_flags(const cJSON *root, const char *path, bert_files *out)
@@ -457,7 +589,7 @@ static stof_status pooling_from_flags(const cJSON *root, const char *path, bert_
     STOF_REQUIRE(set == 1, STOF_ERR_UNSUPPORTED,
                  "%s: %d pooling modes are set; concatenated pooling is not supported", path, set);
     STOF_REQUIRE(pooling_keys[which].pooling >= 0, STOF_ERR_UNSUPPORTED,
-                 "%s: \"%s\" is not supported (cls and mean pooling are)", path,
+                 "%s: \"%s\" is not supported (cls, mean and lasttoken pooling are)", path,
                  pooling_keys[which].key);
     out->pooling = (bert_pooling)pooling_keys[which].pooling;
     return STOF_OK;
@@ -472,22 +604,24 @@ static stof_status pooling_from_json(const cJSON *root, const char *path, bert_f
             out->pooling = BERT_POOL_MEAN;
         else if (strcmp(mode->valuestring, "cls") == 0)
             out->pooling = BERT_POOL_CLS;
+        else if (strcmp(mode->valuestring, "lasttoken") == 0)
+            out->pooling = BERT_POOL_LAST;
         else
             return stof_error(STOF_ERR_UNSUPPORTED,
-                              "%s: pooling_mode \"%.48s\" is not supported (cls and mean are)",
+                              "%s: pooling_mode \"%.48s\" is not supported (cls, mean and lasttoken are)",
                               path, mode->valuestring);
     } else {
         STOF_TRY(pooling_from_flags(root, path, out));
     }
     out->pooling_from_file = true;
-    return int_field(root, "word_embedding_dimension", path, false, 0, 1, BERT_MAX_HIDDEN,
+    return cfg_int(root, "word_embedding_dimension", path, false, 0, 1, BERT_MAX_HIDDEN,
                      &out->pooling_dim);
 }
 
 static stof_status read_pooling(const char *path, bert_files *out)
 {
     cJSON *root;
-    STOF_TRY(load_json(path, &root));
+    STOF_TRY(cfg_load_json(path, &root));
     stof_status st = pooling_from_json(root, path, out);
     cJSON_Delete(root);
     return st;
@@ -503,8 +637,11 @@ static stof_status check_weights_present(bert_files *out)
     if (is_regular_file(out->weights_path)) return STOF_OK;
     char other[BERT_PATH_MAX];
     STOF_TRY(join_path(other, sizeof other, out->dir, "model.safetensors.index.json"));
-    STOF_REQUIRE(!is_regular_file(other), STOF_ERR_UNSUPPORTED,
-                 "%s: sharded safetensors checkpoints are not supported yet", other);
+    if (is_regular_file(other)) {
+        memcpy(out->weights_path, other, sizeof other);
+        out->sharded = true;
+        return STOF_OK;
+    }
     STOF_TRY(join_path(other, sizeof other, out->dir, "pytorch_model.bin"));
     STOF_REQUIRE(!is_regular_file(other), STOF_ERR_UNSUPPORTED,
                  "%s: only model.safetensors is read; save the model with "
@@ -558,4 +695,67 @@ stof_status stof_bert_locate(const char *dir, bert_files *out)
     STOF_TRY(join_path(probe, sizeof probe, dir, "1_Pooling/config.json"));
     if (is_regular_file(probe)) STOF_TRY(read_pooling(probe, out));
     return check_weights_present(out);
+}
+
+/* ---- any family's folder */
+
+static stof_status describe_config(const char *path, const family_def **family, model_desc *d)
+{
+    cJSON *root;
+    STOF_TRY(cfg_load_json(path, &root));
+    char type[DESC_TYPE_MAX];
+    stof_status st = cJSON_IsObject(root) ? STOF_OK
+                                          : stof_error(STOF_ERR_FORMAT,
+                                                       "%s: must hold a JSON object", path);
+    if (st == STOF_OK) st = cfg_string(root, "model_type", path, "bert", type, sizeof type);
+    const family_def *f = st == STOF_OK ? family_for_type(type) : NULL;
+    if (st == STOF_OK && !f)
+        st = stof_error(STOF_ERR_UNSUPPORTED,
+                        "%s: model_type \"%s\" is not supported (stof reads bert, gpt2, llama, "
+                        "mistral, qwen2, modernbert)",
+                        path, type);
+    if (st == STOF_OK) st = f->describe(root, path, d);
+    cJSON_Delete(root);
+    if (st == STOF_OK) st = desc_validate(d);
+    if (st != STOF_OK) {
+        desc_free(d);
+        return st;
+    }
+    *family = f;
+    return STOF_OK;
+}
+
+stof_status model_load_files(const char *dir, model_files *files, const family_def **family,
+                             model_desc *d)
+{
+    STOF_REQUIRE(dir && files && family && d, STOF_ERR_INVALID_ARG,
+                 "model_load_files: NULL argument");
+    memset(files, 0, sizeof *files);
+    memset(d, 0, sizeof *d);
+    bert_files *loc;
+    STOF_TRY(stof_host_calloc(1, sizeof *loc, (void **)&loc));
+    stof_status st = stof_bert_locate(dir, loc);
+    if (st == STOF_OK) st = describe_config(loc->config_path, family, d);
+    if (st == STOF_OK && loc->pooling_dim && loc->pooling_dim != d->hidden) {
+        st = stof_error(STOF_ERR_FORMAT,
+                        "%s: pooling word_embedding_dimension %d differs from hidden_size %d", dir,
+                        loc->pooling_dim, d->hidden);
+        desc_free(d);
+    }
+    if (st == STOF_OK) {
+        memcpy(files->dir, loc->dir, sizeof files->dir);
+        memcpy(files->config_path, loc->config_path, sizeof files->config_path);
+        memcpy(files->weights_path, loc->weights_path, sizeof files->weights_path);
+        files->sharded = loc->sharded;
+        files->sentence_transformers = loc->sentence_transformers;
+        files->pooling_from_file = loc->pooling_from_file;
+        files->pooling_dim = loc->pooling_dim;
+        files->normalize = loc->normalize;
+        /* Without a pooling config: mean for encoders, the last token for decoders. */
+        files->pooling = loc->pooling_from_file ? (stof_pooling)loc->pooling
+                         : d->causal            ? STOF_POOL_LAST
+                                                : STOF_POOL_MEAN;
+    }
+    free(loc);
+    return st;
 }

@@ -9,6 +9,7 @@
 
 #include "core/act.h"
 #include "core/core.h"
+#include "model/desc.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -19,7 +20,8 @@ extern "C" {
 
 typedef enum bert_pooling {
     BERT_POOL_MEAN = 0, /* mean over the valid tokens */
-    BERT_POOL_CLS = 1   /* the first token's hidden state */
+    BERT_POOL_CLS = 1,  /* the first token's hidden state */
+    BERT_POOL_LAST = 2  /* the last real token's (decoder embeddings) */
 } bert_pooling;
 
 typedef struct bert_config {
@@ -52,6 +54,7 @@ typedef struct bert_files {
     char dir[BERT_PATH_MAX]; /* folder holding config.json + model.safetensors */
     char config_path[BERT_PATH_MAX];
     char weights_path[BERT_PATH_MAX];
+    bool sharded; /* weights_path is a model.safetensors.index.json */
     bool sentence_transformers; /* modules.json or 0_Transformer found */
     bert_pooling pooling;       /* BERT_POOL_MEAN unless a pooling config says otherwise */
     bool pooling_from_file;     /* a 1_Pooling config was read */
@@ -75,6 +78,33 @@ stof_status stof_bert_locate(const char *dir, bert_files *out);
 
 const char *stof_bert_act_str(stof_act act);
 const char *stof_bert_pooling_str(bert_pooling pooling);
+
+/* ---- config.json fields, for every family (errors name the file and key) */
+
+typedef struct cJSON cJSON;
+stof_status cfg_load_json(const char *path, cJSON **out);
+/* An integer in [lo, hi]; dflt when absent and not required. */
+stof_status cfg_int(const cJSON *root, const char *key, const char *name, bool required, int dflt,
+                    int lo, int hi, int *out);
+/* A number in [lo, hi]; dflt when absent or null and not required. */
+stof_status cfg_float(const cJSON *root, const char *key, const char *name, bool required,
+                      double dflt, double lo, double hi, float *out);
+stof_status cfg_bool(const cJSON *root, const char *key, const char *name, bool dflt, bool *out);
+stof_status cfg_string(const cJSON *root, const char *key, const char *name, const char *dflt,
+                       char *out, size_t cap);
+/* An HF activation name (gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, silu, swish). */
+stof_status cfg_act(const cJSON *root, const char *key, const char *name, const char *dflt,
+                    stof_act *out);
+/* A rope parameter object (HF 5 rope_parameters, or HF 4 rope_scaling with
+ * theta dflt_theta); params NULL: default rope of theta dflt_theta. */
+stof_status cfg_rope(const cJSON *params, const char *name, double dflt_theta, rope_desc *out);
+stof_status cfg_int_or_null(const cJSON *root, const char *key, const char *name, int dflt, int lo,
+                            int hi, int *out);
+/* Layer i of "layer_types": *sliding 1 (sliding_attention), 0 (full), -1 (no list). */
+stof_status cfg_layer_type(const cJSON *root, const char *name, int layers, int i, int *sliding);
+stof_status cfg_alloc_layers(model_desc *d, int layers);
+/* stof_bert_config_parse on parsed JSON. */
+stof_status stof_bert_config_from_json(const cJSON *root, const char *name, bert_config *c);
 
 /* Reads a whole file of at most max_bytes into a NUL-terminated heap buffer
  * (free() it). STOF_ERR_IO when it cannot be read, STOF_ERR_FORMAT when larger. */

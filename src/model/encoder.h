@@ -1,8 +1,8 @@
 /*
- * encoder.h — the BERT encoder behind stof_model: the model object shared by
- * the public API (model.c) and the two backends, the CPU forward
- * (encoder_cpu.c, fp32, the oracle of the GPU path) and the GPU forward
- * (engine_gpu.c and its parts, engine_gpu.h).
+ * encoder.h — the forward request shared by the public API (model.c) and
+ * the two executors, the CPU one (exec_cpu.c, fp32, the oracle of the GPU
+ * path) and the GPU one (engine_gpu.c and its parts, engine_gpu.h); the
+ * model object itself is struct stof_model of engine.h.
  *
  * model.c validates every argument of a forward and hands the backend an
  * enc_request whose lengths, cu_seqlens and token count are already checked
@@ -11,26 +11,17 @@
 #ifndef STOF_MODEL_ENCODER_H
 #define STOF_MODEL_ENCODER_H
 
-#include "model/weights.h"
+#include "model/engine.h"
+
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct enc_cpu_ws enc_cpu_ws;
 struct tune_plan;
-typedef struct enc_gpu enc_gpu;
-
-struct stof_model {
-    stof_ctx *ctx;
-    bert_weights w; /* host fp32 (released after the upload on a GPU context) */
-    bert_files files;
-    stof_model_info info;
-    enc_cpu_ws *cpu; /* CPU scratch, grown on demand */
-    enc_gpu *gpu;    /* device weights and per-shape state; NULL on the CPU */
-    int32_t *lens;   /* host scratch of the forward: lengths [B], cu_seqlens [B + 1] */
-    int lens_cap;    /* B it holds */
-};
+/* The GPU state (engine_gpu.h defines struct engine_gpu). */
+typedef engine_gpu enc_gpu;
 
 /* One forward's inputs after validation (model.c). */
 typedef struct enc_request {
@@ -41,13 +32,15 @@ typedef struct enc_request {
     const stof_mask_spec *mask; /* NULL: every pair */
     const stof_tensor *ids;     /* I32 or I64 [B, L]: host, or device on a GPU context */
     const stof_tensor *types;   /* like ids, or NULL (type 0) */
-    stof_tensor *hidden;        /* [B, L, hidden], contiguous, or NULL */
+    stof_tensor *hidden;        /* [B, L, hidden], or packed [T, hidden] (CPU), contiguous, or NULL */
     stof_tensor *pooled;        /* F32 [B, hidden], contiguous, or NULL */
     bool eager;                 /* GPU: launch kernel by kernel, no CUDA graph */
     bool packed;                /* GPU: enc_gpu_scan packed the inputs on the device (see there) */
     bool computed;              /* GPU: enc_gpu_scan also launched the layers (see there) */
     const struct tune_plan *plan; /* GPU: run this plan (the tuner's candidates); NULL: the
                                      tuning cache's, else the rules */
+    stof_tensor *logits;        /* F32 [B, vocab], or [B, L, vocab] when logits_all; or NULL */
+    bool logits_all;
 } enc_request;
 
 /* Element (b, i) of an I32 or I64 [B, L] host tensor (any strides). */
@@ -66,10 +59,10 @@ stof_status enc_forward_plan(stof_model *model, const stof_forward_params *param
                              const stof_tensor *token_types, stof_tensor *hidden_out,
                              stof_tensor *pooled_out, const struct tune_plan *plan);
 
-/* ---- encoder_cpu.c */
+/* ---- exec_cpu.c */
 
-stof_status enc_cpu_forward(stof_model *m, const enc_request *r);
-void enc_cpu_ws_free(enc_cpu_ws *ws);
+stof_status exec_cpu_forward(stof_model *m, const enc_request *r);
+void exec_cpu_ws_free(exec_cpu_ws *ws);
 
 /* ---- engine_gpu.c and its parts */
 
@@ -95,7 +88,7 @@ stof_status enc_gpu_forward(stof_model *m, const enc_request *r);
 stof_status enc_gpu_scan(stof_model *m, const enc_request *r, const stof_tensor *mask,
                          const stof_tensor *lengths, int32_t *lens, bool *packed, bool *computed);
 /* Whether the GPU path can run this model (head dim, widths); the message says why not. */
-stof_status enc_gpu_supports(const bert_config *c);
+stof_status enc_gpu_supports(const model_desc *d);
 /* Where tuned plans come from: path (NULL or "": the default file), or none when off. */
 void enc_gpu_set_tune_cache(enc_gpu *g, const char *path, bool off);
 /* The tuning-cache key of a forward of this shape on this model and device. */
@@ -124,6 +117,9 @@ int64_t enc_gpu_launched_ahead(const enc_gpu *g);
 /* dst[i] = src[i] for n F16 or BF16 elements. */
 stof_status enc_half_to_f32(stof_ctx *ctx, stof_dtype dtype, const void *src, int64_t n,
                             float *dst);
+/* dst[r, c] = src[r * src_stride + c] for rows x cols F16 or BF16 elements. */
+stof_status enc_half_to_f32_rows(stof_ctx *ctx, stof_dtype dtype, const void *src, int64_t rows,
+                                 int64_t cols, int64_t src_stride, float *dst);
 /* out[b] = packed row cu_seqlens[b] as f32 (zeros for an empty sequence). */
 stof_status enc_cls_pool(stof_ctx *ctx, stof_dtype dtype, const void *x, const int32_t *cu_seqlens,
                          int batch, int hidden, int64_t tokens, float *out);

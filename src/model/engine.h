@@ -51,6 +51,7 @@ typedef struct model_weights {
     void *lm_head;
     layer_weights *layer; /* [layers] */
     int64_t n_params;     /* elements loaded (a tied head counted once) */
+    int layers;           /* entries of layer */
 } model_weights;
 
 /* Receives each canonical tensor once: *slot is to point at where the sink

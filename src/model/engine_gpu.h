@@ -25,6 +25,7 @@ typedef struct layer_plan {
     stof_attn_choice attn; /* kernel AUTO: the selector */
 } layer_plan;
 
+#define ENG_MASK_KINDS 2 /* distinct layer mask kinds a model may have (ModernBERT: 2) */
 #define ENC_GRAPHS 8 /* captured buckets kept per model (least recently used goes) */
 #define ENC_PLANS 16 /* tuning-cache lookups remembered per model */
 
@@ -35,7 +36,7 @@ typedef struct enc_graph {
     int64_t rows;
     char *mask_text;
     layer_plan plan;
-    stof_mask *mask; /* reusable, reading the lengths of the device inputs */
+    stof_mask *mask[ENG_MASK_KINDS]; /* reusable, reading the lengths of the device inputs */
     cudaGraphExec_t exec;
     uint64_t last_use;
 } enc_graph;
@@ -43,7 +44,7 @@ typedef struct enc_graph {
 /* The graph the last forward launched ahead of the scan's read back found for
  * a batch of this shape with the model's full mask: the next one of that
  * shape skips the mask formatting, the plan lookup and the graph search while
- * the scan runs. Valid while gen equals enc_gpu.gen. */
+ * the scan runs. Valid while gen equals engine_gpu.gen. */
 typedef struct enc_ahead_memo {
     bool valid, has_types;
     int batch, len;
@@ -58,25 +59,47 @@ typedef struct enc_plan_memo {
     tune_plan plan;
 } enc_plan_memo;
 
-typedef struct gpu_layer {
-    const void *qkv_w, *qkv_b, *o_w, *o_b, *ln1_g, *ln1_b;
-    const void *i_w, *i_b, *f_w, *f_b, *ln2_g, *ln2_b;
-} gpu_layer;
+/* A layer's own mask, as the desc gives it (desc_mask and its window). */
+typedef struct eng_mask_kind {
+    desc_mask kind;
+    int left, right;
+} eng_mask_kind;
 
-struct enc_gpu {
+/* The widest of each per-token buffer over the layers (eng_widths). */
+typedef struct eng_widths {
+    int qkv;   /* (heads + 2 kv_heads) head_dim */
+    int attn;  /* heads head_dim */
+    int inter; /* intermediate, twice that for a GLU */
+} eng_widths;
+
+struct engine_gpu {
     stof_ctx *ctx;
     stof_dtype dtype;
-    void *weights; /* one device block behind every weight */
-    gpu_layer *layers;
+    const model_desc *desc;
+    model_weights *w; /* the model's, holding device pointers */
+    bool bert; /* post-norm BERT: the fused, tuned layer path of plan_gpu.c */
+    void **allocs; /* device weights, one allocation per canonical tensor (weights_gpu.c) */
+    int n_allocs, cap_allocs;
+    float **inv_freq; /* per layer, device [rot_dim / 2], or NULL without RoPE */
     fuse_embed_tables emb;
+    eng_mask_kind kinds[ENG_MASK_KINDS];
+    int n_kinds;
+    int *layer_kind; /* [layers]: index into kinds */
+    eng_widths widths;
     stof_mask_spec *full; /* the mask of a forward that names none */
     /* workspace for cap_tokens packed tokens and cap_batch sequences */
     void *ws;
     int64_t cap_tokens;
     int cap_batch;
     int32_t *in; /* cu_seqlens | ids | types | positions, laid out per forward */
-    void *x, *qkv, *attn, *inter;
+    void *x, *h, *delta, *qkv, *attn, *inter, *gated; /* h, delta: pre-norm layers */
+    void *last;  /* [cap_batch, hidden]: each sequence's last row (logits) */
     float *pooled;
+    const void *lm_head; /* [vocab_pad, hidden]: the head, or lm_head_pad */
+    void *lm_head_pad;   /* its copy padded with zero rows, when vocab % 8 != 0 */
+    int vocab_pad;
+    void *logits_buf; /* logits in the dtype, grown on demand */
+    size_t logits_cap;
     int32_t *report; /* the input scan: [cap_batch][ENC_SCAN_WORDS], then [cap_batch] lengths */
     fuse_ws lt;
     /* pinned host staging of the packed inputs; stage_event marks the end of
@@ -123,8 +146,10 @@ static inline int64_t align4(int64_t n)
 
 /* ---- weights_gpu.c */
 
-/* Converts every weight to the run dtype and uploads it into g->weights. */
-stof_status eng_upload_weights(stof_model *m, enc_gpu *g);
+/* The sink that uploads each canonical tensor as the loader streams it. */
+weight_sink eng_weight_sink(enc_gpu *g);
+/* Frees every tensor the sink uploaded. */
+void eng_weights_free(enc_gpu *g);
 
 /* ---- workspace_gpu.c */
 
@@ -146,18 +171,25 @@ stof_status eng_upload_inputs(stof_model *m, const enc_request *r, int64_t rows,
 
 /* ---- masks_gpu.c */
 
-/* The forward's mask (every pair when it names none) for its host lengths. */
-stof_status eng_compile_mask(stof_model *m, const enc_request *r, stof_mask **out);
+/* The forward's masks for its host lengths, one per layer mask kind: its
+ * spec (every pair when it names none) intersected with the kind; a named
+ * STOF_ERR_UNSUPPORTED where no spec expresses the intersection. */
+stof_status eng_compile_masks(stof_model *m, const enc_request *r,
+                              stof_mask *out[ENG_MASK_KINDS]);
 /* The same, reusable, reading the lengths of the device inputs (graphs). */
-stof_status eng_compile_reusable_mask(stof_model *m, const enc_request *r, const dev_inputs *in,
-                                      stof_mask **out);
+stof_status eng_compile_reusable_masks(stof_model *m, const enc_request *r, const dev_inputs *in,
+                                       stof_mask *out[ENG_MASK_KINDS]);
+void eng_masks_destroy(stof_mask *masks[ENG_MASK_KINDS]);
 /* Canonical text of a forward's mask on the heap; NULL (error cleared) when none. */
 char *eng_format_mask(const enc_gpu *g, const stof_mask_spec *mask);
+/* The layers' distinct mask kinds into g->kinds and g->layer_kind. */
+stof_status eng_mask_kinds(enc_gpu *g, const model_desc *d);
+
 
 /* ---- plan_gpu.c */
 
-/* GEMM segment seg (tune_segment) of layer w on T rows. */
-fuse_linear_args eng_segment_args(const stof_model *m, const gpu_layer *w, int seg, int64_t T);
+/* GEMM segment seg (tune_segment) of BERT layer w on T rows. */
+fuse_linear_args eng_segment_args(const stof_model *m, const layer_weights *w, int seg, int64_t T);
 /* K slices of segment seg's cuBLASLt GEMM. */
 int eng_segment_splits(const stof_model *m, int seg, int64_t rows);
 bool eng_plan_equal(const layer_plan *a, const layer_plan *b);
@@ -169,7 +201,8 @@ layer_plan eng_plan_for(stof_model *m, const enc_request *r, int64_t rows, const
 /* Embeddings and every layer; the first attention waits for mask_ready (a
  * cudaEvent_t, or NULL). */
 stof_status eng_run_layers(stof_model *m, const enc_request *r, const dev_inputs *in,
-                           const layer_plan *p, stof_mask *mask, void *mask_ready);
+                           const layer_plan *p, stof_mask *const masks[ENG_MASK_KINDS],
+                           void *mask_ready);
 
 /* ---- graphs_gpu.c */
 

@@ -77,7 +77,7 @@ static void graph_capture(stof_model *m, const enc_request *r, const dev_inputs 
 {
     enc_gpu *g = m->gpu;
     stof_ctx *ctx = m->ctx;
-    stof_status st = eng_compile_reusable_mask(m, r, in, &e->mask);
+    stof_status st = eng_compile_reusable_masks(m, r, in, e->mask);
     if (st == STOF_OK) st = attn_blockwise_prepare();
     /* Captured on a stream of the model's own, whatever the ctx's stream is (the
      * legacy default stream, as torch's usually is, cannot be captured); the
@@ -100,7 +100,8 @@ static void graph_capture(stof_model *m, const enc_request *r, const dev_inputs 
         st = STOF_CUDA(cudaEventRecord((cudaEvent_t)g->fork_event, s));
         if (st == STOF_OK) st = STOF_CUDA(cudaStreamWaitEvent(ms, (cudaEvent_t)g->fork_event, 0));
         ctx->stream = ms;
-        if (st == STOF_OK) st = stof_mask_rebuild(e->mask);
+        for (int k = 0; k < ENG_MASK_KINDS && st == STOF_OK; k++)
+            if (e->mask[k]) st = stof_mask_rebuild(e->mask[k]);
         if (st == STOF_OK) st = STOF_CUDA(cudaEventRecord((cudaEvent_t)g->mask_event, ms));
         ctx->stream = s;
         if (st == STOF_OK) st = eng_run_layers(m, r, in, &e->plan, e->mask, g->mask_event);
@@ -117,8 +118,7 @@ static void graph_capture(stof_model *m, const enc_request *r, const dev_inputs 
         (void)cudaGetLastError();
         if (e->exec) cudaGraphExecDestroy(e->exec);
         e->exec = NULL;
-        stof_mask_destroy(e->mask);
-        e->mask = NULL;
+        eng_masks_destroy(e->mask);
         e->failed = true;
     }
 }

@@ -1,6 +1,7 @@
 /*
  * model.c — the public model API: stof_model_load / destroy / get_info and
- * stof_model_forward, dispatching to the CPU or the GPU encoder.
+ * stof_model_forward, for every family, dispatching to the CPU executor or
+ * the GPU engine.
  *
  * Every argument of a forward is checked here, once, before a backend sees
  * it: tensor kinds and shapes, the lengths against L and the model's
@@ -15,6 +16,7 @@
 #include "model/encoder.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,20 +55,36 @@ static stof_status run_dtype(const stof_ctx *ctx, const stof_model_params *p, st
 
 static void fill_info(stof_model *m, stof_dtype dtype)
 {
-    const bert_config *c = &m->w.config;
+    const model_desc *d = &m->desc;
+    const layer_desc *l = &d->layer[0];
     stof_model_info *i = &m->info;
-    i->hidden = c->hidden_size;
-    i->layers = c->num_hidden_layers;
-    i->heads = c->num_attention_heads;
-    i->head_dim = c->head_dim;
-    i->intermediate = c->intermediate_size;
-    i->vocab = c->vocab_size;
-    i->max_positions = c->max_position_embeddings;
-    i->type_vocab = c->type_vocab_size;
-    i->layer_norm_eps = c->layer_norm_eps;
+    i->hidden = d->hidden;
+    i->layers = d->layers;
+    i->heads = l->heads;
+    i->head_dim = l->head_dim;
+    i->intermediate = l->intermediate;
+    i->vocab = d->vocab;
+    i->max_positions = d->max_positions;
+    i->type_vocab = d->embed == EMBED_TOKEN_POS_TYPE ? d->type_vocab : 0;
+    i->layer_norm_eps = d->norm_eps;
     i->dtype = dtype;
-    i->pooling = m->files.pooling == BERT_POOL_CLS ? STOF_POOL_CLS : STOF_POOL_MEAN;
+    i->pooling = m->files.pooling;
     i->normalize = m->files.normalize ? 1 : 0;
+    snprintf(i->family, sizeof i->family, "%s", d->family);
+    snprintf(i->model_type, sizeof i->model_type, "%s", d->model_type);
+    i->kv_heads = l->kv_heads;
+    i->is_decoder = d->head == HEAD_LM;
+}
+
+/* The folder's description and, on a CPU context, its weights in host
+ * memory in F32. A GPU context streams them to the device in the run dtype
+ * (enc_gpu_create), with no host copy of the model. */
+static stof_status load_model(stof_model *m, const char *dir)
+{
+    STOF_TRY(model_load_files(dir, &m->files, &m->family, &m->desc));
+    if (m->ctx->device == STOF_DEVICE_GPU) return STOF_OK;
+    weight_sink sink = weight_sink_host();
+    return model_load_weights(&m->files, m->family, &m->desc, STOF_F32, &sink, &m->w);
 }
 
 stof_status stof_model_load(stof_ctx *ctx, const char *dir, const stof_model_params *params,
@@ -82,7 +100,7 @@ stof_status stof_model_load(stof_ctx *ctx, const char *dir, const stof_model_par
     stof_model *m;
     STOF_TRY(stof_host_calloc(1, sizeof *m, (void **)&m));
     m->ctx = ctx;
-    stof_status st = stof_bert_load_dir(dir, &m->files, &m->w);
+    stof_status st = load_model(m, dir);
     if (st == STOF_OK) {
         fill_info(m, dtype);
         if (ctx->device == STOF_DEVICE_GPU) st = enc_gpu_create(m);
@@ -101,8 +119,9 @@ void stof_model_destroy(stof_model *model)
 {
     if (!model) return;
     enc_gpu_destroy(model->gpu);
-    enc_cpu_ws_free(model->cpu);
-    stof_bert_weights_free(&model->w);
+    exec_cpu_ws_free(model->cpu);
+    model_weights_free_host(&model->w);
+    desc_free(&model->desc);
     free(model->lens);
     free(model);
 }
@@ -191,6 +210,12 @@ static stof_status host_mask_lengths(const stof_tensor *t, int B, int L, int32_t
     return STOF_OK;
 }
 
+/* Learned position tables end at max_position_embeddings; rotary positions do not. */
+static int position_limit(const stof_model *m)
+{
+    return m->desc.embed == EMBED_TOKEN ? INT32_MAX : m->info.max_positions;
+}
+
 static bool in_device(const stof_tensor *t)
 {
     return t && t->memory == STOF_MEM_DEVICE;
@@ -221,7 +246,7 @@ static stof_status read_lengths(stof_model *m, const stof_tensor *lengths, const
     } else if (mask) {
         STOF_TRY(host_mask_lengths(mask, B, L, lens));
     } else {
-        STOF_REQUIRE(L <= m->info.max_positions, STOF_ERR_INVALID_ARG,
+        STOF_REQUIRE(L <= position_limit(m), STOF_ERR_INVALID_ARG,
                      "L = %d exceeds the model's %d positions (max_position_embeddings); pass "
                      "shorter lengths or a shorter batch",
                      L, m->info.max_positions);
@@ -231,7 +256,7 @@ static stof_status read_lengths(stof_model *m, const stof_tensor *lengths, const
     if (in_device(lengths) || in_device(mask) || in_device(r->ids) || in_device(r->types))
         STOF_TRY(enc_gpu_scan(m, r, in_device(mask) ? mask : NULL,
                               in_device(lengths) ? lengths : NULL, lens, &r->packed, &r->computed));
-    int max_pos = m->info.max_positions;
+    int max_pos = position_limit(m);
     int64_t T = 0;
     cu[0] = 0;
     for (int b = 0; b < B; b++) {
@@ -280,11 +305,22 @@ static stof_status check_hidden_out(const stof_model *m, const stof_tensor *t, i
 {
     STOF_TRY(stof_tensor_check(t, "hidden_out"));
     STOF_TRY(stof_tensor_check_memory(m->ctx, t, "hidden_out"));
-    STOF_REQUIRE(
-        t->ndim == 3 && t->shape[0] == B && t->shape[1] == L && t->shape[2] == m->info.hidden,
-        STOF_ERR_SHAPE, "hidden_out is %dD [%lld, %lld, %lld]; want [B=%d, L=%d, hidden=%d]",
-        t->ndim, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
-        (long long)(t->ndim > 2 ? t->shape[2] : 0), B, L, m->info.hidden);
+    if (t->ndim == 2) {
+        /* Packed rows: the token count is known once the lengths are (check_packed_rows). */
+        STOF_REQUIRE(!on_gpu(m), STOF_ERR_UNSUPPORTED,
+                     "hidden_out [T, hidden] (packed) is a CPU output for now; give [B, L, hidden]");
+        STOF_REQUIRE(t->shape[1] == m->info.hidden, STOF_ERR_SHAPE,
+                     "hidden_out is [%lld, %lld]; want packed [T, hidden=%d]",
+                     (long long)t->shape[0], (long long)t->shape[1], m->info.hidden);
+    } else {
+        STOF_REQUIRE(t->ndim == 3 && t->shape[0] == B && t->shape[1] == L &&
+                         t->shape[2] == m->info.hidden,
+                     STOF_ERR_SHAPE,
+                     "hidden_out is %dD [%lld, %lld, %lld]; want [B=%d, L=%d, hidden=%d] or "
+                     "packed [T, hidden]",
+                     t->ndim, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
+                     (long long)(t->ndim > 2 ? t->shape[2] : 0), B, L, m->info.hidden);
+    }
     if (on_gpu(m))
         STOF_REQUIRE(t->dtype == m->info.dtype || t->dtype == STOF_F32, STOF_ERR_SHAPE,
                      "hidden_out is %s; this model writes %s (its run dtype) or f32",
@@ -294,6 +330,28 @@ static stof_status check_hidden_out(const stof_model *m, const stof_tensor *t, i
                      STOF_ERR_SHAPE, "hidden_out is %s; it must be f32, f16 or bf16",
                      stof_dtype_name(t->dtype));
     STOF_REQUIRE(stof_tensor_is_contiguous(t), STOF_ERR_SHAPE, "hidden_out must be contiguous");
+    return STOF_OK;
+}
+
+/* Logits: F32, [B, vocab] or [B, L, vocab] (logits_all), decoders only. */
+static stof_status check_logits_out(const stof_model *m, const stof_tensor *t, bool all, int B,
+                                    int L)
+{
+    STOF_REQUIRE(m->info.is_decoder, STOF_ERR_UNSUPPORTED,
+                 "logits: %s is an encoder (family %s) without an LM head", m->info.model_type,
+                 m->info.family);
+    STOF_TRY(stof_tensor_check(t, "logits"));
+    STOF_TRY(stof_tensor_check_memory(m->ctx, t, "logits"));
+    STOF_REQUIRE(t->dtype == STOF_F32, STOF_ERR_SHAPE, "logits is %s; it must be f32",
+                 stof_dtype_name(t->dtype));
+    int V = m->info.vocab;
+    bool ok = all ? t->ndim == 3 && t->shape[0] == B && t->shape[1] == L && t->shape[2] == V
+                  : t->ndim == 2 && t->shape[0] == B && t->shape[1] == V;
+    STOF_REQUIRE(ok, STOF_ERR_SHAPE, "logits has %d dimensions [%lld, %lld, ...]; want %s = [%d, %s%d]",
+                 t->ndim, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
+                 all ? "[B, L, vocab] (logits_all)" : "[B, vocab]", B,
+                 all ? (L == 0 ? "0, " : "L, ") : "", V);
+    STOF_REQUIRE(stof_tensor_is_contiguous(t), STOF_ERR_SHAPE, "logits must be contiguous");
     return STOF_OK;
 }
 
@@ -324,6 +382,9 @@ static stof_status check_forward(stof_model *m, const stof_forward_params *p,
                  (long long)ids->shape[1]);
     int B = (int)ids->shape[0], L = (int)ids->shape[1];
     if (types) {
+        STOF_REQUIRE(m->desc.embed == EMBED_TOKEN_POS_TYPE, STOF_ERR_INVALID_ARG,
+                     "token_types given, but %s (family %s) has no token type embeddings",
+                     m->info.model_type, m->info.family);
         STOF_TRY(check_token_tensor(m, types, "token_types"));
         STOF_REQUIRE(types->shape[0] == B && types->shape[1] == L, STOF_ERR_SHAPE,
                      "token_types is [%lld, %lld] but ids is [%d, %d]", (long long)types->shape[0],
@@ -331,6 +392,7 @@ static stof_status check_forward(stof_model *m, const stof_forward_params *p,
     }
     if (hidden) STOF_TRY(check_hidden_out(m, hidden, B, L));
     if (pooled) STOF_TRY(check_pooled_out(m, pooled, B));
+    if (p->logits) STOF_TRY(check_logits_out(m, p->logits, p->logits_all != 0, B, L));
     r->batch = B;
     r->len = L;
     r->mask = p->mask;
@@ -340,7 +402,12 @@ static stof_status check_forward(stof_model *m, const stof_forward_params *p,
     r->pooled = pooled;
     r->eager = p->eager != 0;
     r->plan = plan;
+    r->logits = p->logits;
+    r->logits_all = p->logits_all != 0;
     STOF_TRY(read_lengths(m, lengths, p->attention_mask, B, L, r));
+    STOF_REQUIRE(!hidden || hidden->ndim != 2 || hidden->shape[0] == r->tokens, STOF_ERR_SHAPE,
+                 "hidden_out is packed [%lld, %d] but the batch holds %lld real tokens",
+                 (long long)hidden->shape[0], m->info.hidden, (long long)r->tokens);
     return check_token_values(m, r);
 }
 
@@ -353,7 +420,7 @@ stof_status enc_forward_plan(stof_model *model, const stof_forward_params *param
     stof_forward_params p = params ? *params : stof_forward_default_params();
     enc_request r;
     STOF_TRY(check_forward(model, &p, ids, lengths, token_types, hidden_out, pooled_out, plan, &r));
-    return on_gpu(model) ? enc_gpu_forward(model, &r) : enc_cpu_forward(model, &r);
+    return on_gpu(model) ? enc_gpu_forward(model, &r) : exec_cpu_forward(model, &r);
 }
 
 stof_status stof_model_forward(stof_model *model, const stof_forward_params *params,

@@ -75,11 +75,12 @@ static layer_plan plan_rules(void)
 
 /* The linear layer of GEMM segment seg (tune_segment) of layer w on T rows:
  * what the layers run, and what the tuner asks cuBLASLt about. */
-fuse_linear_args eng_segment_args(const stof_model *m, const gpu_layer *w, int seg, int64_t T)
+fuse_linear_args eng_segment_args(const stof_model *m, const layer_weights *w, int seg, int64_t T)
 {
     const enc_gpu *g = m->gpu;
-    const bert_config *c = &m->w.config;
-    int H = c->hidden_size, I = c->intermediate_size;
+    const model_desc *d = &m->desc;
+    int H = d->hidden, I = d->layer[0].intermediate;
+    float eps = d->norm_eps;
     fuse_linear_args a;
     memset(&a, 0, sizeof a);
     a.dtype = g->dtype;
@@ -88,19 +89,19 @@ fuse_linear_args eng_segment_args(const stof_model *m, const gpu_layer *w, int s
     a.w_ready = true; /* weights are written once, at load */
     switch (seg) {
     case TUNE_SEG_QKV:
-        a.n = 3 * H, a.k = H, a.x = g->x, a.w = w->qkv_w, a.bias = w->qkv_b, a.y = g->qkv;
+        a.n = 3 * H, a.k = H, a.x = g->x, a.w = w->qkv, a.bias = w->qkv_b, a.y = g->qkv;
         break;
     case TUNE_SEG_OUT:
-        a.n = H, a.k = H, a.x = g->attn, a.w = w->o_w, a.bias = w->o_b, a.y = g->x;
-        a.residual = g->x, a.gamma = w->ln1_g, a.beta = w->ln1_b, a.eps = c->layer_norm_eps;
+        a.n = H, a.k = H, a.x = g->attn, a.w = w->o, a.bias = w->o_b, a.y = g->x;
+        a.residual = g->x, a.gamma = w->attn_norm, a.beta = w->attn_norm_b, a.eps = eps;
         break;
     case TUNE_SEG_FFN1:
-        a.n = I, a.k = H, a.x = g->x, a.w = w->i_w, a.bias = w->i_b, a.y = g->inter;
-        a.act = c->hidden_act;
+        a.n = I, a.k = H, a.x = g->x, a.w = w->mlp_in, a.bias = w->mlp_in_b, a.y = g->inter;
+        a.act = d->layer[0].act;
         break;
     default: /* TUNE_SEG_FFN2 */
-        a.n = H, a.k = I, a.x = g->inter, a.w = w->f_w, a.bias = w->f_b, a.y = g->x;
-        a.residual = g->x, a.gamma = w->ln2_g, a.beta = w->ln2_b, a.eps = c->layer_norm_eps;
+        a.n = H, a.k = I, a.x = g->inter, a.w = w->down, a.bias = w->down_b, a.y = g->x;
+        a.residual = g->x, a.gamma = w->mlp_norm, a.beta = w->mlp_norm_b, a.eps = eps;
         break;
     }
     return a;
@@ -110,7 +111,7 @@ fuse_linear_args eng_segment_args(const stof_model *m, const gpu_layer *w, int s
  * the residual + LayerNorm segments only. */
 int eng_segment_splits(const stof_model *m, int seg, int64_t rows)
 {
-    fuse_linear_args a = eng_segment_args(m, &m->gpu->layers[0], seg, rows);
+    fuse_linear_args a = eng_segment_args(m, &m->w.layer[0], seg, rows);
     return a.gamma ? fuse_lt_split_rule(rows, a.n, a.k, m->gpu->lt.bytes) : 1;
 }
 
@@ -141,7 +142,7 @@ static void plan_small(const stof_model *m, layer_plan *p, int64_t rows)
         bool ffn = i == TUNE_SEG_FFN1 || i == TUNE_SEG_FFN2;
         if ((ffn && p->use_chain) || seg[i]->path != FUSE_PATH_CUBLASLT || seg[i]->lt_algo != 0)
             continue;
-        fuse_linear_args a = eng_segment_args(m, &m->gpu->layers[0], i, rows);
+        fuse_linear_args a = eng_segment_args(m, &m->w.layer[0], i, rows);
         c.splits = fuse_sm90_small_rule(rows, a.n, a.k, a.gamma != NULL, m->ctx->sm_count,
                                         m->gpu->lt.bytes);
         if (c.splits > 0) *seg[i] = c;
@@ -235,6 +236,9 @@ static void fill_key(const stof_model *m, int batch, int len, int64_t tokens, co
     key->len = len;
     key->token_bucket = tune_token_bucket(tokens);
     tune_mask_signature(text, key->mask, sizeof key->mask);
+    snprintf(key->family, sizeof key->family, "%s", m->desc.family);
+    snprintf(key->desc_hash, sizeof key->desc_hash, "%016llx",
+             (unsigned long long)desc_hash(&m->desc));
 }
 
 stof_status enc_gpu_tune_key(stof_model *m, int batch, int len, int64_t tokens,
@@ -341,8 +345,10 @@ layer_plan eng_plan_for(stof_model *m, const enc_request *r, int64_t rows, const
     } else {
         p = plan_rules();
     }
-    plan_small(m, &p, rows);
-    plan_splits(m, &p, rows);
+    if (m->gpu->bert) { /* the rules of BERT's fused segments */
+        plan_small(m, &p, rows);
+        plan_splits(m, &p, rows);
+    }
     describe_plan(&p, rows, source);
     return p;
 }
@@ -354,10 +360,11 @@ stof_status enc_gpu_lt_algos(stof_model *m, int seg, int64_t rows, int *count)
                  "enc_gpu_lt_algos: no workspace for %lld rows yet", (long long)rows);
     STOF_REQUIRE(seg >= 0 && seg < TUNE_NSEG, STOF_ERR_INVALID_ARG,
                  "enc_gpu_lt_algos: segment %d", seg);
+    STOF_REQUIRE(g->bert, STOF_ERR_UNSUPPORTED, "enc_gpu_lt_algos: BERT segments only");
     /* The GEMM the cuBLASLt path of the segment runs (segments.c): exact GELU
      * and SiLU go to a row kernel with the bias; LayerNorm segments take the
      * residual. */
-    fuse_linear_args a = eng_segment_args(m, &g->layers[0], seg, rows);
+    fuse_linear_args a = eng_segment_args(m, &m->w.layer[0], seg, rows);
     stof_act act = a.act;
     if (!fuse_lt_has_act(act)) {
         act = ACT_NONE;

@@ -1,14 +1,22 @@
 /*
- * weights.c — BERT weights from a safetensors checkpoint into host fp32.
+ * weights.c — any family's checkpoint into the canonical layout of engine.h,
+ * one tensor at a time, in the run dtype.
  *
- * Loading runs in two passes: first every expected tensor is found and its
- * dtype and shape checked against the config, then one buffer is allocated
- * and filled. A config that claims enormous sizes therefore fails on the
- * shape check before anything large is allocated.
+ * The family's name table says where each role lives; this file assembles
+ * the canonical tensors from it (separate q/k/v and gate/up concatenated,
+ * Conv1D's [in, out] transposed), converts each element once from the
+ * stored dtype (F32, F16, BF16) to the run dtype in one host staging buffer,
+ * and hands the result to a weight_sink. Every tensor's dtype and shape is
+ * checked before it is read, so a config that claims enormous sizes fails on
+ * the first mismatch, not on an allocation. Sharded checkpoints
+ * (model.safetensors.index.json) are read through their weight_map.
  */
-#include "model/weights.h"
+#include "model/config.h"
+#include "model/engine.h"
+#include "io/safetensors.h"
 
-#include <stdarg.h>
+#include <cjson/cJSON.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,332 +25,397 @@
 #error "safetensors data is little-endian; big-endian hosts are not supported"
 #endif
 
-#define NAME_MAX_LEN 192
+#define NAME_LEN 256
+#define MAX_SHARDS 256
 
-/* One expected tensor: where its floats go in the storage buffer and which
- * struct field points at them. */
-typedef struct weight_slot {
-    char name[NAME_MAX_LEN];     /* with the file's prefix */
-    char alt_name[NAME_MAX_LEN]; /* older spelling (LayerNorm gamma/beta), or "" */
-    int ndim;
-    int64_t shape[2];
-    int64_t offset; /* floats into the storage */
-    float **field;
-    const safetensors_tensor *t;
-} weight_slot;
+/* The open checkpoint: one file, or the shards an index names. */
+typedef struct ckpt {
+    safetensors_file *file[MAX_SHARDS];
+    char shard_name[MAX_SHARDS][NAME_LEN];
+    int n_files;
+    cJSON *index;      /* the index's weight_map (sharded), else NULL */
+    cJSON *index_root;
+    const char *path;  /* for messages */
+} ckpt;
 
-typedef struct weight_plan {
-    weight_slot *slots;
-    int count, cap;
-    int64_t total; /* floats */
+typedef struct loader {
+    ckpt ck;
+    const family_def *fam;
+    const model_desc *d;
     const char *prefix;
-} weight_plan;
+    stof_dtype dtype;
+    weight_sink *sink;
+    void *stage;
+    size_t stage_bytes;
+    int64_t n_params;
+} loader;
 
-/* Tensor names stay far below NAME_MAX_LEN: a prefix under 64 bytes plus
- * at most "encoder.layer.NNNN.attention.output.LayerNorm.weight". */
-static void name_format(char *out, const char *fmt, ...) STOF_PRINTF(2, 3);
-static void name_format(char *out, const char *fmt, ...)
+static void ckpt_close(ckpt *c)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(out, NAME_MAX_LEN, fmt, ap);
-    va_end(ap);
+    for (int i = 0; i < c->n_files; i++)
+        stof_safetensors_close(c->file[i]);
+    cJSON_Delete(c->index_root);
+    memset(c, 0, sizeof *c);
 }
 
-static stof_status plan_add(weight_plan *p, float **field, int ndim, int64_t d0, int64_t d1,
-                            const char *name, const char *alt)
+static stof_status open_shard(ckpt *c, const char *dir, const char *file)
 {
-    if (p->count == p->cap) {
-        int ncap = p->cap ? p->cap * 2 : 64;
-        weight_slot *ns = realloc(p->slots, (size_t)ncap * sizeof *ns);
-        STOF_REQUIRE(ns, STOF_ERR_OOM, "out of memory planning the weights");
-        p->slots = ns;
-        p->cap = ncap;
-    }
-    weight_slot *s = &p->slots[p->count++];
-    memset(s, 0, sizeof *s);
-    name_format(s->name, "%s%s", p->prefix, name);
-    if (alt) name_format(s->alt_name, "%s%s", p->prefix, alt);
-    s->ndim = ndim;
-    s->shape[0] = d0;
-    s->shape[1] = d1;
-    s->offset = p->total;
-    s->field = field;
-    p->total += ndim == 1 ? d0 : d0 * d1;
+    for (int i = 0; i < c->n_files; i++)
+        if (strcmp(c->shard_name[i], file) == 0) return STOF_OK;
+    STOF_REQUIRE(c->n_files < MAX_SHARDS, STOF_ERR_UNSUPPORTED, "%s: more than %d shards", c->path,
+                 MAX_SHARDS);
+    STOF_REQUIRE(strlen(file) < NAME_LEN && !strchr(file, '/') && strcmp(file, "..") != 0,
+                 STOF_ERR_FORMAT, "%s: shard \"%.64s\" must be a file name inside the folder",
+                 c->path, file);
+    char path[MODEL_PATH_MAX + NAME_LEN + 2];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    STOF_TRY(stof_safetensors_open(path, &c->file[c->n_files]));
+    snprintf(c->shard_name[c->n_files], NAME_LEN, "%s", file);
+    c->n_files++;
     return STOF_OK;
 }
 
-/* A LayerNorm's gamma and beta, under "LayerNorm.weight" or the older "LayerNorm.gamma". */
-static stof_status plan_layernorm(weight_plan *p, float **g, float **b, const char *base, int64_t h)
+static stof_status ckpt_open(const model_files *files, ckpt *c)
 {
-    char n[NAME_MAX_LEN], alt[NAME_MAX_LEN];
-    name_format(n, "%s.LayerNorm.weight", base);
-    name_format(alt, "%s.LayerNorm.gamma", base);
-    STOF_TRY(plan_add(p, g, 1, h, 0, n, alt));
-    name_format(n, "%s.LayerNorm.bias", base);
-    name_format(alt, "%s.LayerNorm.beta", base);
-    return plan_add(p, b, 1, h, 0, n, alt);
-}
-
-static stof_status plan_linear(weight_plan *p, float **w, float **b, const char *base,
-                               int64_t out_features, int64_t in_features)
-{
-    char n[NAME_MAX_LEN];
-    name_format(n, "%s.weight", base);
-    STOF_TRY(plan_add(p, w, 2, out_features, in_features, n, NULL));
-    name_format(n, "%s.bias", base);
-    return plan_add(p, b, 1, out_features, 0, n, NULL);
-}
-
-/* Weights first, then biases, for q, k, v: each run lands contiguous, which
- * makes the fused [3H, H] matrix and [3H] bias. */
-static stof_status plan_layer(weight_plan *p, bert_layer_weights *lw, int i, const bert_config *c)
-{
-    int64_t h = c->hidden_size, inter = c->intermediate_size;
-    char base[NAME_MAX_LEN], n[NAME_MAX_LEN];
-    name_format(base, "encoder.layer.%d", i);
-    const char *qkv[3] = {"query", "key", "value"};
-    float **qkv_w[3] = {&lw->q_w, &lw->k_w, &lw->v_w};
-    float **qkv_b[3] = {&lw->q_b, &lw->k_b, &lw->v_b};
-    for (int j = 0; j < 3; j++) {
-        name_format(n, "%s.attention.self.%s.weight", base, qkv[j]);
-        STOF_TRY(plan_add(p, qkv_w[j], 2, h, h, n, NULL));
+    memset(c, 0, sizeof *c);
+    c->path = files->weights_path;
+    if (!files->sharded) {
+        c->n_files = 1;
+        return stof_safetensors_open(files->weights_path, &c->file[0]);
     }
-    for (int j = 0; j < 3; j++) {
-        name_format(n, "%s.attention.self.%s.bias", base, qkv[j]);
-        STOF_TRY(plan_add(p, qkv_b[j], 1, h, 0, n, NULL));
+    STOF_TRY(cfg_load_json(files->weights_path, &c->index_root));
+    c->index = cJSON_GetObjectItemCaseSensitive(c->index_root, "weight_map");
+    STOF_REQUIRE(cJSON_IsObject(c->index), STOF_ERR_FORMAT, "%s: no \"weight_map\" object",
+                 c->path);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, c->index)
+    {
+        STOF_REQUIRE(cJSON_IsString(e), STOF_ERR_FORMAT,
+                     "%s: weight_map[\"%.64s\"] is not a file name", c->path, e->string);
+        STOF_TRY(open_shard(c, files->dir, e->valuestring));
     }
-    name_format(n, "%s.attention.output.dense", base);
-    STOF_TRY(plan_linear(p, &lw->attn_out_w, &lw->attn_out_b, n, h, h));
-    name_format(n, "%s.attention.output", base);
-    STOF_TRY(plan_layernorm(p, &lw->attn_ln_g, &lw->attn_ln_b, n, h));
-    name_format(n, "%s.intermediate.dense", base);
-    STOF_TRY(plan_linear(p, &lw->inter_w, &lw->inter_b, n, inter, h));
-    name_format(n, "%s.output.dense", base);
-    STOF_TRY(plan_linear(p, &lw->out_w, &lw->out_b, n, h, inter));
-    name_format(n, "%s.output", base);
-    return plan_layernorm(p, &lw->out_ln_g, &lw->out_ln_b, n, h);
-}
-
-static stof_status plan_model(weight_plan *p, bert_weights *w)
-{
-    const bert_config *c = &w->config;
-    int64_t h = c->hidden_size;
-    STOF_TRY(
-        plan_add(p, &w->word_emb, 2, c->vocab_size, h, "embeddings.word_embeddings.weight", NULL));
-    STOF_TRY(plan_add(p, &w->pos_emb, 2, c->max_position_embeddings, h,
-                      "embeddings.position_embeddings.weight", NULL));
-    STOF_TRY(plan_add(p, &w->type_emb, 2, c->type_vocab_size, h,
-                      "embeddings.token_type_embeddings.weight", NULL));
-    STOF_TRY(plan_layernorm(p, &w->emb_ln_g, &w->emb_ln_b, "embeddings", h));
-    for (int i = 0; i < c->num_hidden_layers; i++)
-        STOF_TRY(plan_layer(p, &w->layers[i], i, c));
     return STOF_OK;
 }
 
-/* ---- matching the plan against the file */
-
-static const char *const anchor = "embeddings.word_embeddings.weight";
-
-/* The prefix in front of HF names: "" (BertModel), "bert." (task heads), or
- * else the one prefix that some tensor ending in the word embeddings' name
- * carries ("model.", "0.auto_model.", ...). */
-static stof_status find_prefix(const safetensors_file *f, char *prefix, size_t cap)
+static const safetensors_tensor *ckpt_find(const ckpt *c, const char *name)
 {
-    static const char *const known[] = {"", "bert."};
-    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
-        char n[NAME_MAX_LEN];
-        name_format(n, "%s%s", known[k], anchor);
-        if (stof_safetensors_find(f, n)) {
-            snprintf(prefix, cap, "%s", known[k]);
+    if (!c->index) return stof_safetensors_find(c->file[0], name);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(c->index, name);
+    if (!cJSON_IsString(e)) return NULL;
+    for (int i = 0; i < c->n_files; i++)
+        if (strcmp(c->shard_name[i], e->valuestring) == 0)
+            return stof_safetensors_find(c->file[i], name);
+    return NULL;
+}
+
+/* ---- names */
+
+static const weight_name *role_name(const family_def *f, weight_role r)
+{
+    for (int i = 0; i < f->n_names; i++)
+        if (f->names[i].role == r && f->names[i].pattern) return &f->names[i];
+    return NULL;
+}
+
+static bool has_role(const family_def *f, weight_role r)
+{
+    return role_name(f, r) != NULL;
+}
+
+/* The tensor of role r (layer ignored for model-wide roles), under the
+ * model's prefix; the LM head may also sit outside it (GPT2LMHeadModel), and
+ * LayerNorms may carry BERT's old .gamma / .beta names. */
+static const safetensors_tensor *find_role(const loader *ld, weight_role r, int layer, char *name)
+{
+    const weight_name *wn = role_name(ld->fam, r);
+    char base[NAME_LEN];
+    /* The patterns are the family's own literals with at most one %d. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+    snprintf(base, sizeof base, wn->pattern, layer);
+#pragma GCC diagnostic pop
+    snprintf(name, NAME_LEN, "%s%s", ld->prefix, base);
+    const safetensors_tensor *t = ckpt_find(&ld->ck, name);
+    if (!t && r == W_LM_HEAD) t = ckpt_find(&ld->ck, base);
+    static const char *const old[][2] = {{"LayerNorm.weight", "LayerNorm.gamma"},
+                                         {"LayerNorm.bias", "LayerNorm.beta"}};
+    for (int i = 0; !t && i < 2; i++) {
+        size_t n = strlen(name), k = strlen(old[i][0]);
+        if (n < k || strcmp(name + n - k, old[i][0]) != 0) continue;
+        char alt[NAME_LEN];
+        snprintf(alt, sizeof alt, "%.*s%s", (int)(n - k), name, old[i][1]);
+        t = ckpt_find(&ld->ck, alt);
+    }
+    return t;
+}
+
+/* The first of the family's prefixes under which the token embeddings exist. */
+static stof_status find_prefix(loader *ld)
+{
+    const weight_name *wn = role_name(ld->fam, W_EMB_TOKEN);
+    for (int i = 0; ld->fam->prefixes[i]; i++) {
+        char name[NAME_LEN];
+        snprintf(name, sizeof name, "%s%s", ld->fam->prefixes[i], wn->pattern);
+        if (ckpt_find(&ld->ck, name)) {
+            ld->prefix = ld->fam->prefixes[i];
             return STOF_OK;
         }
     }
-    const char *found = NULL;
-    size_t la = strlen(anchor), found_len = 0;
-    for (int i = 0; i < f->n_tensors; i++) {
-        const char *n = f->tensors[i].name;
-        size_t ln = strlen(n);
-        if (ln <= la || strcmp(n + ln - la, anchor) != 0 || n[ln - la - 1] != '.') continue;
-        STOF_REQUIRE(!found, STOF_ERR_FORMAT,
-                     "%s: several encoders in one file ('%.80s' and '%.80s'); cannot tell which "
-                     "is the BERT model",
-                     f->name, found, n);
-        found = n;
-        found_len = ln - la;
+    return stof_error(STOF_ERR_FORMAT, "%s: no tensor \"%s\" (tried the prefixes of %s: \"\", %s)",
+                      ld->ck.path, wn->pattern, ld->fam->name,
+                      ld->fam->prefixes[1] ? ld->fam->prefixes[1] : "none");
+}
+
+/* ---- conversion */
+
+static float read_elem(const safetensors_tensor *t, int64_t i)
+{
+    const unsigned char *p = t->data;
+    if (t->dtype == ST_F32) {
+        float v;
+        memcpy(&v, p + 4 * i, 4);
+        return v;
     }
-    STOF_REQUIRE(found, STOF_ERR_FORMAT,
-                 "%s: tensor '%s' is missing (nor found as 'bert.%s'): not a BERT checkpoint",
-                 f->name, anchor, anchor);
-    STOF_REQUIRE(found_len < cap, STOF_ERR_FORMAT, "%s: tensor name prefix of '%.80s' is too long",
-                 f->name, found);
-    memcpy(prefix, found, found_len);
-    prefix[found_len] = '\0';
-    return STOF_OK;
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return t->dtype == ST_BF16 ? stof_bf16_to_f32(h) : stof_f16_to_f32(h);
 }
 
-static bool is_float_dtype(safetensors_dtype d)
+static void write_elem(void *dst, stof_dtype dtype, int64_t i, float v)
 {
-    return d == ST_F32 || d == ST_F16 || d == ST_BF16;
+    if (dtype == STOF_F32)
+        ((float *)dst)[i] = v;
+    else if (dtype == STOF_BF16)
+        ((uint16_t *)dst)[i] = stof_f32_to_bf16(v);
+    else
+        ((uint16_t *)dst)[i] = stof_f32_to_f16(v);
 }
 
-static stof_status check_slot(const safetensors_file *f, weight_slot *s)
+/* One piece of a canonical tensor: role r's tensor, rows x cols in the
+ * canonical [out, in] layout (cols 0: a vector of rows). */
+typedef struct piece {
+    weight_role role;
+    int64_t rows, cols;
+} piece;
+
+/* Checks dtype and shape, then writes the piece's rows at row0 of the stage. */
+static stof_status put_piece(loader *ld, int layer, const piece *p, int64_t row0)
 {
-    char want[64], got[256];
-    stof_safetensors_shape_str(s->shape, s->ndim, want, sizeof want);
-    s->t = stof_safetensors_find(f, s->name);
-    if (!s->t && s->alt_name[0]) s->t = stof_safetensors_find(f, s->alt_name);
-    STOF_REQUIRE(s->t, STOF_ERR_FORMAT, "%s: tensor '%s' is missing (expected shape %s)", f->name,
-                 s->name, want);
-    const safetensors_tensor *t = s->t;
-    stof_safetensors_shape_str(t->shape, t->ndim, got, sizeof got);
-    STOF_REQUIRE(is_float_dtype(t->dtype), STOF_ERR_FORMAT,
-                 "%s: tensor '%s' has dtype %s; expected F32, F16 or BF16", f->name, t->name,
+    char name[NAME_LEN];
+    const weight_name *wn = role_name(ld->fam, p->role);
+    const safetensors_tensor *t = find_role(ld, p->role, layer, name);
+    STOF_REQUIRE(t, STOF_ERR_FORMAT, "%s: tensor \"%s\" is missing", ld->ck.path, name);
+    STOF_REQUIRE(t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16, STOF_ERR_FORMAT,
+                 "%s: tensor \"%s\" is %s; weights must be F32, F16 or BF16", ld->ck.path, name,
                  stof_safetensors_dtype_name(t->dtype));
-    bool same = t->ndim == s->ndim;
-    for (int d = 0; same && d < s->ndim; d++)
-        same = t->shape[d] == s->shape[d];
-    STOF_REQUIRE(same, STOF_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s", f->name,
-                 t->name, got, want);
+    bool tr = wn->transposed && p->cols > 0;
+    int64_t d0 = tr ? p->cols : p->rows, d1 = tr ? p->rows : p->cols;
+    bool ok = p->cols == 0 ? t->ndim == 1 && t->shape[0] == p->rows
+                           : t->ndim == 2 && t->shape[0] == d0 && t->shape[1] == d1;
+    if (!ok) {
+        char got[96];
+        stof_safetensors_shape_str(t->shape, t->ndim, got, sizeof got);
+        if (p->cols == 0)
+            return stof_error(STOF_ERR_FORMAT, "%s: tensor \"%s\" has shape %s, expected [%lld]",
+                              ld->ck.path, name, got, (long long)p->rows);
+        return stof_error(STOF_ERR_FORMAT, "%s: tensor \"%s\" has shape %s, expected [%lld, %lld]",
+                          ld->ck.path, name, got, (long long)d0, (long long)d1);
+    }
+    int64_t cols = p->cols ? p->cols : 1;
+    for (int64_t r = 0; r < p->rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            write_elem(ld->stage, ld->dtype, (row0 + r) * cols + c,
+                       read_elem(t, tr ? c * p->rows + r : r * cols + c));
     return STOF_OK;
 }
 
-/* Element i of an F16/BF16 tensor; the data carries no alignment promise. */
-static uint16_t load_u16(const uint8_t *p, int64_t i)
+/* Concatenates pieces (rows stacked) into one canonical tensor and gives it to the sink. */
+static stof_status put_tensor(loader *ld, int layer, const char *what, void **slot,
+                              const piece *pieces, int n)
 {
-    uint16_t v;
-    memcpy(&v, p + 2 * i, sizeof v);
-    return v;
+    int64_t rows = 0, cols = pieces[0].cols ? pieces[0].cols : 1;
+    for (int i = 0; i < n; i++) {
+        STOF_TRY(put_piece(ld, layer, &pieces[i], rows));
+        rows += pieces[i].rows;
+    }
+    size_t bytes = (size_t)(rows * cols) * stof_dtype_size(ld->dtype);
+    char label[64];
+    if (layer >= 0)
+        snprintf(label, sizeof label, "layers.%d.%s", layer, what);
+    else
+        snprintf(label, sizeof label, "%s", what);
+    ld->n_params += rows * cols;
+    return ld->sink->put(ld->sink, label, slot, ld->stage, bytes);
 }
 
-static void convert_to_f32(const safetensors_tensor *t, float *dst)
+static stof_status put_one(loader *ld, int layer, const char *what, void **slot, weight_role r,
+                           int64_t rows, int64_t cols)
 {
-    const uint8_t *src = t->data;
-    switch (t->dtype) {
-    case ST_F32: memcpy(dst, src, (size_t)t->numel * sizeof(float)); break;
-    case ST_F16:
-        for (int64_t i = 0; i < t->numel; i++)
-            dst[i] = stof_f16_to_f32(load_u16(src, i));
-        break;
-    case ST_BF16:
-        for (int64_t i = 0; i < t->numel; i++)
-            dst[i] = stof_bf16_to_f32(load_u16(src, i));
-        break;
-    default: break; /* check_slot admits float dtypes only */
-    }
+    piece p = {r, rows, cols};
+    return put_tensor(ld, layer, what, slot, &p, 1);
 }
 
-/* More layers in the file than the config uses is legal (a truncated model)
- * but usually a config mistake, so it is reported. */
-static void warn_unused_layers(const safetensors_file *f, const char *prefix, int layers)
+/* A norm of kind k: its weight, and its bias where the family has one. */
+static stof_status put_norm(loader *ld, int layer, const char *what, desc_norm k, void **w,
+                            void **b, weight_role rw, weight_role rb)
 {
-    char n[NAME_MAX_LEN];
-    name_format(n, "%sencoder.layer.%d.attention.self.query.weight", prefix, layers);
-    if (stof_safetensors_find(f, n))
-        stof_log(STOF_LOG_WARN, "%s: holds '%s' but num_hidden_layers is %d; extra layers unused",
-                 f->name, n, layers);
+    if (k == NORM_NONE) return STOF_OK;
+    int64_t H = ld->d->hidden;
+    STOF_TRY(put_one(ld, layer, what, w, rw, H, 0));
+    if (k != NORM_LAYER || !ld->d->norm_bias) return STOF_OK;
+    char bias[32];
+    snprintf(bias, sizeof bias, "%s_b", what);
+    return put_one(ld, layer, bias, b, rb, H, 0);
 }
 
-static stof_status fill_weights(const safetensors_file *f, weight_plan *p, bert_weights *w)
+static stof_status put_layer(loader *ld, int i, layer_weights *lw)
 {
-    for (int i = 0; i < p->count; i++)
-        STOF_TRY(check_slot(f, &p->slots[i]));
-    STOF_TRY(stof_host_alloc((size_t)p->total * sizeof(float), (void **)&w->storage));
-    for (int i = 0; i < p->count; i++) {
-        weight_slot *s = &p->slots[i];
-        *s->field = w->storage + s->offset;
-        convert_to_f32(s->t, *s->field);
+    const model_desc *d = ld->d;
+    const layer_desc *l = &d->layer[i];
+    int64_t H = d->hidden, qd = (int64_t)l->heads * l->head_dim;
+    int64_t kvd = (int64_t)l->kv_heads * l->head_dim, I = l->intermediate;
+    bool fused_qkv = has_role(ld->fam, W_QKV);
+    STOF_TRY(put_norm(ld, i, "attn_norm", l->attn_norm, &lw->attn_norm, &lw->attn_norm_b,
+                      W_ATTN_NORM, W_ATTN_NORM_B));
+    piece qkv[3] = {{W_Q, qd, H}, {W_K, kvd, H}, {W_V, kvd, H}};
+    piece qkv_f = {W_QKV, qd + 2 * kvd, H};
+    STOF_TRY(put_tensor(ld, i, "qkv", &lw->qkv, fused_qkv ? &qkv_f : qkv, fused_qkv ? 1 : 3));
+    if (l->qkv_bias) {
+        piece b[3] = {{W_Q_B, qd, 0}, {W_K_B, kvd, 0}, {W_V_B, kvd, 0}};
+        piece bf = {W_QKV_B, qd + 2 * kvd, 0};
+        STOF_TRY(put_tensor(ld, i, "qkv_b", &lw->qkv_b, fused_qkv ? &bf : b, fused_qkv ? 1 : 3));
     }
-    for (int i = 0; i < w->config.num_hidden_layers; i++) {
-        w->layers[i].qkv_w = w->layers[i].q_w;
-        w->layers[i].qkv_b = w->layers[i].q_b;
+    STOF_TRY(put_one(ld, i, "o", &lw->o, W_O, H, qd));
+    if (l->out_bias) STOF_TRY(put_one(ld, i, "o_b", &lw->o_b, W_O_B, H, 0));
+    STOF_TRY(put_norm(ld, i, "mlp_norm", l->mlp_norm, &lw->mlp_norm, &lw->mlp_norm_b, W_MLP_NORM,
+                      W_MLP_NORM_B));
+    if (l->mlp == MLP_PLAIN) {
+        STOF_TRY(put_one(ld, i, "mlp_in", &lw->mlp_in, W_UP, I, H));
+        if (l->mlp_bias) STOF_TRY(put_one(ld, i, "mlp_in_b", &lw->mlp_in_b, W_UP_B, I, 0));
+    } else if (has_role(ld->fam, W_UP_GATE)) {
+        STOF_REQUIRE(!l->mlp_bias, STOF_ERR_UNSUPPORTED,
+                     "%s: a fused up/gate projection with a bias (mlp_bias) is not supported",
+                     ld->ck.path);
+        STOF_TRY(put_one(ld, i, "mlp_in", &lw->mlp_in, W_UP_GATE, 2 * I, H));
+    } else {
+        piece gu[2] = {{W_GATE, I, H}, {W_UP, I, H}};
+        STOF_TRY(put_tensor(ld, i, "mlp_in", &lw->mlp_in, gu, 2));
+        piece gub[2] = {{W_GATE_B, I, 0}, {W_UP_B, I, 0}};
+        if (l->mlp_bias) STOF_TRY(put_tensor(ld, i, "mlp_in_b", &lw->mlp_in_b, gub, 2));
     }
-    w->n_params = p->total;
-    w->stored_dtype = p->slots[0].t->dtype;
+    STOF_TRY(put_one(ld, i, "down", &lw->down, W_DOWN, H, I));
+    if (l->mlp_bias) STOF_TRY(put_one(ld, i, "down_b", &lw->down_b, W_DOWN_B, H, 0));
     return STOF_OK;
 }
 
-stof_status stof_bert_weights_from_safetensors(const safetensors_file *f, const bert_config *cfg,
-                                               bert_weights *out)
+/* The largest canonical tensor, in elements: the stage holds any one of them. */
+static int64_t largest_tensor(const model_desc *d)
 {
-    STOF_REQUIRE(f && cfg && out, STOF_ERR_INVALID_ARG, "bert weights: NULL argument");
-    memset(out, 0, sizeof *out);
-    STOF_TRY(stof_bert_config_validate(cfg, f->name));
-    out->config = *cfg;
-    STOF_TRY(find_prefix(f, out->prefix, sizeof out->prefix));
-    weight_plan plan;
-    memset(&plan, 0, sizeof plan);
-    plan.prefix = out->prefix;
-    stof_status st = stof_host_calloc((size_t)cfg->num_hidden_layers, sizeof *out->layers,
-                                      (void **)&out->layers);
-    if (st == STOF_OK) st = plan_model(&plan, out);
-    if (st == STOF_OK) st = fill_weights(f, &plan, out);
-    free(plan.slots);
-    if (st != STOF_OK) {
-        stof_bert_weights_free(out);
-        return st;
+    int64_t H = d->hidden, big = (int64_t)d->vocab * H;
+    if ((int64_t)d->max_positions * H > big) big = (int64_t)d->max_positions * H;
+    if ((int64_t)d->type_vocab * H > big) big = (int64_t)d->type_vocab * H;
+    for (int i = 0; i < d->layers; i++) {
+        const layer_desc *l = &d->layer[i];
+        int64_t qkv = (int64_t)(l->heads + 2 * l->kv_heads) * l->head_dim * H;
+        int64_t in = (l->mlp == MLP_GLU ? 2 : 1) * (int64_t)l->intermediate * H;
+        if (qkv > big) big = qkv;
+        if (in > big) big = in;
+        if ((int64_t)l->heads * l->head_dim * H > big) big = (int64_t)l->heads * l->head_dim * H;
     }
-    warn_unused_layers(f, out->prefix, cfg->num_hidden_layers);
-    return STOF_OK;
+    return big;
 }
 
-stof_status stof_bert_weights_load_file(const char *path, const bert_config *cfg, bert_weights *out)
+static stof_status put_model(loader *ld, model_weights *w)
 {
-    STOF_REQUIRE(path && cfg && out, STOF_ERR_INVALID_ARG, "bert weights: NULL argument");
-    memset(out, 0, sizeof *out);
-    safetensors_file *f;
-    STOF_TRY(stof_safetensors_open(path, &f));
-    stof_status st = stof_bert_weights_from_safetensors(f, cfg, out);
-    stof_safetensors_close(f);
+    const model_desc *d = ld->d;
+    int64_t H = d->hidden;
+    STOF_TRY(find_prefix(ld));
+    STOF_TRY(put_one(ld, -1, "tok_emb", &w->tok_emb, W_EMB_TOKEN, d->vocab, H));
+    if (d->embed != EMBED_TOKEN)
+        STOF_TRY(put_one(ld, -1, "pos_emb", &w->pos_emb, W_EMB_POS, d->max_positions, H));
+    if (d->embed == EMBED_TOKEN_POS_TYPE)
+        STOF_TRY(put_one(ld, -1, "type_emb", &w->type_emb, W_EMB_TYPE, d->type_vocab, H));
+    STOF_TRY(put_norm(ld, -1, "emb_norm", d->embed_norm, &w->emb_norm, &w->emb_norm_b, W_EMB_NORM,
+                      W_EMB_NORM_B));
+    for (int i = 0; i < d->layers; i++)
+        STOF_TRY(put_layer(ld, i, &w->layer[i]));
+    STOF_TRY(put_norm(ld, -1, "final_norm", d->final_norm, &w->final_norm, &w->final_norm_b,
+                      W_FINAL_NORM, W_FINAL_NORM_B));
+    if (d->head != HEAD_LM) return STOF_OK;
+    if (d->tied_lm_head) {
+        w->lm_head = w->tok_emb;
+        return STOF_OK;
+    }
+    return put_one(ld, -1, "lm_head", &w->lm_head, W_LM_HEAD, d->vocab, H);
+}
+
+stof_status model_load_weights(const model_files *files, const family_def *family,
+                               const model_desc *d, stof_dtype dtype, weight_sink *sink,
+                               model_weights *w)
+{
+    STOF_REQUIRE(files && family && d && sink && w, STOF_ERR_INVALID_ARG,
+                 "model_load_weights: NULL argument");
+    STOF_REQUIRE(dtype == STOF_F32 || dtype == STOF_F16 || dtype == STOF_BF16,
+                 STOF_ERR_INVALID_ARG, "model_load_weights: run dtype %s is not f32, f16 or bf16",
+                 stof_dtype_name(dtype));
+    memset(w, 0, sizeof *w);
+    w->dtype = dtype;
+    loader *ld;
+    STOF_TRY(stof_host_calloc(1, sizeof *ld, (void **)&ld));
+    ld->fam = family;
+    ld->d = d;
+    ld->dtype = dtype;
+    ld->sink = sink;
+    stof_status st = stof_host_calloc((size_t)d->layers, sizeof *w->layer, (void **)&w->layer);
+    w->layers = st == STOF_OK ? d->layers : 0;
+    if (st == STOF_OK) st = ckpt_open(files, &ld->ck);
+    if (st == STOF_OK) {
+        ld->stage_bytes = (size_t)largest_tensor(d) * stof_dtype_size(dtype);
+        st = stof_host_alloc(ld->stage_bytes, &ld->stage);
+    }
+    if (st == STOF_OK) st = put_model(ld, w);
+    w->n_params = ld->n_params;
+    free(ld->stage);
+    ckpt_close(&ld->ck);
+    free(ld);
     return st;
 }
 
-stof_status stof_bert_load_dir(const char *dir, bert_files *files, bert_weights *out)
+/* ---- the host sink */
+
+static stof_status host_put(weight_sink *sink, const char *what, void **slot, const void *src,
+                            size_t bytes)
 {
-    STOF_REQUIRE(dir && out, STOF_ERR_INVALID_ARG, "bert load: NULL argument");
-    memset(out, 0, sizeof *out);
-    bert_files *loc;
-    STOF_TRY(stof_host_calloc(1, sizeof *loc, (void **)&loc));
-    bert_config cfg;
-    stof_status st = stof_bert_locate(dir, loc);
-    if (st == STOF_OK) st = stof_bert_config_load(loc->config_path, &cfg);
-    if (st == STOF_OK && loc->pooling_dim && loc->pooling_dim != cfg.hidden_size)
-        st = stof_error(STOF_ERR_FORMAT,
-                        "%s: pooling word_embedding_dimension %d differs from hidden_size %d", dir,
-                        loc->pooling_dim, cfg.hidden_size);
-    if (st == STOF_OK) st = stof_bert_weights_load_file(loc->weights_path, &cfg, out);
-    if (st == STOF_OK && files) *files = *loc;
-    free(loc);
-    return st;
+    void *p;
+    STOF_REQUIRE(stof_host_alloc(bytes ? bytes : 1, &p) == STOF_OK, STOF_ERR_OOM,
+                 "out of memory keeping %s (%zu bytes)", what, bytes);
+    memcpy(p, src, bytes);
+    *slot = p;
+    return STOF_OK;
 }
 
-void stof_bert_weights_free(bert_weights *w)
+weight_sink weight_sink_host(void)
+{
+    weight_sink s = {host_put, NULL};
+    return s;
+}
+
+void model_weights_free_host(model_weights *w)
 {
     if (!w) return;
-    free(w->storage);
-    free(w->layers);
+    if (w->lm_head != w->tok_emb) free(w->lm_head);
+    void *model_wide[] = {w->tok_emb, w->pos_emb, w->type_emb, w->emb_norm, w->emb_norm_b,
+                          w->final_norm, w->final_norm_b};
+    for (size_t i = 0; i < sizeof model_wide / sizeof model_wide[0]; i++)
+        free(model_wide[i]);
+    for (int i = 0; w->layer && i < w->layers; i++) {
+        layer_weights *l = &w->layer[i];
+        void *per_layer[] = {l->attn_norm, l->attn_norm_b, l->qkv, l->qkv_b, l->o, l->o_b,
+                             l->mlp_norm, l->mlp_norm_b, l->mlp_in, l->mlp_in_b, l->down,
+                             l->down_b};
+        for (size_t j = 0; j < sizeof per_layer / sizeof per_layer[0]; j++)
+            free(per_layer[j]);
+    }
+    free(w->layer);
     memset(w, 0, sizeof *w);
-}
-
-int stof_bert_weights_summary(const bert_weights *w, char *buf, size_t cap)
-{
-    const bert_config *c = &w->config;
-    const char *act = c->hidden_act_name[0] ? c->hidden_act_name : stof_bert_act_str(c->hidden_act);
-    double n = (double)w->n_params;
-    const char *unit = n >= 1e9 ? "B" : n >= 1e6 ? "M" : "K";
-    double scaled = n >= 1e9 ? n / 1e9 : n >= 1e6 ? n / 1e6 : n / 1e3;
-    return snprintf(buf, cap,
-                    "%s: %d layers, hidden %d, %d heads (dim %d), intermediate %d, %s, vocab %d, "
-                    "positions %d, %.1f%s params (stored %s)",
-                    c->model_type[0] ? c->model_type : "bert", c->num_hidden_layers, c->hidden_size,
-                    c->num_attention_heads, c->head_dim, c->intermediate_size, act, c->vocab_size,
-                    c->max_position_embeddings, scaled, unit,
-                    stof_safetensors_dtype_name(w->stored_dtype));
-}
-
-void stof_bert_weights_print_summary(const bert_weights *w, FILE *fp)
-{
-    char line[512];
-    stof_bert_weights_summary(w, line, sizeof line);
-    fprintf(fp ? fp : stdout, "%s\n", line);
 }

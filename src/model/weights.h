@@ -12,7 +12,7 @@
 #define STOF_MODEL_WEIGHTS_H
 
 #include "model/config.h"
-#include "model/safetensors.h"
+#include "io/safetensors.h"
 
 #include <stdio.h>
 

@@ -17,7 +17,7 @@ void eng_graph_release(enc_gpu *g, enc_graph *e)
 {
     g->gen++;
     if (e->exec) cudaGraphExecDestroy(e->exec);
-    stof_mask_destroy(e->mask);
+    eng_masks_destroy(e->mask);
     free(e->mask_text);
     memset(e, 0, sizeof *e);
 }
@@ -38,14 +38,21 @@ stof_status eng_ws_reserve(stof_model *m, int B, int L)
     eng_graphs_drop(g);
     if (tokens < g->cap_tokens) tokens = g->cap_tokens;
     int batch = B > g->cap_batch ? B : g->cap_batch;
-    const stof_model_info *info = &m->info;
-    size_t es = 2, H = (size_t)info->hidden;
+    const eng_widths *wd = &g->widths;
+    size_t es = 2, H = (size_t)m->desc.hidden, T = (size_t)tokens;
+    /* the f32 hidden output is unpacked into the QKV buffer: B * L * H at least */
+    size_t qkv_w = (size_t)wd->qkv > H ? (size_t)wd->qkv : H;
+    bool pre = !g->bert; /* pre-norm layers keep h and delta apart from x */
     size_t o_in = 0;
     size_t o_x = o_in + align256((size_t)(2 * batch + 1 + 3 * tokens + 16) * 4);
-    size_t o_qkv = o_x + align256((size_t)tokens * H * es);
-    size_t o_attn = o_qkv + align256((size_t)tokens * 3 * H * es);
-    size_t o_inter = o_attn + align256((size_t)tokens * H * es);
-    size_t o_pool = o_inter + align256((size_t)tokens * (size_t)info->intermediate * es);
+    size_t o_h = o_x + align256(T * H * es);
+    size_t o_delta = o_h + (pre ? align256(T * H * es) : 0);
+    size_t o_qkv = o_delta + (pre ? align256(T * H * es) : 0);
+    size_t o_attn = o_qkv + align256(T * qkv_w * es);
+    size_t o_inter = o_attn + align256(T * (size_t)wd->attn * es);
+    size_t o_gated = o_inter + align256(T * (size_t)wd->inter * es);
+    size_t o_last = o_gated + (pre ? align256(T * (size_t)wd->inter / 2 * es) : 0);
+    size_t o_pool = o_last + align256((size_t)batch * H * es);
     size_t o_rep = o_pool + align256((size_t)batch * H * 4);
     size_t o_lt = o_rep + align256((size_t)batch * (ENC_SCAN_WORDS + 1) * 4);
     size_t total = o_lt + FUSE_LT_WORKSPACE_BYTES;
@@ -73,9 +80,13 @@ stof_status eng_ws_reserve(stof_model *m, int B, int L)
     char *base = (char *)g->ws;
     g->in = (int32_t *)(base + o_in);
     g->x = base + o_x;
+    g->h = pre ? base + o_h : NULL;
+    g->delta = pre ? base + o_delta : NULL;
     g->qkv = base + o_qkv;
     g->attn = base + o_attn;
     g->inter = base + o_inter;
+    g->gated = pre ? base + o_gated : NULL;
+    g->last = base + o_last;
     g->pooled = (float *)(base + o_pool);
     g->report = (int32_t *)(base + o_rep);
     g->lt.ptr = base + o_lt;

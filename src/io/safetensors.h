@@ -8,8 +8,8 @@
  * relative to the start of the data section. A parsed file keeps pointers into
  * the caller's buffer or its own read-only mapping: tensor data is never copied.
  */
-#ifndef STOF_MODEL_SAFETENSORS_H
-#define STOF_MODEL_SAFETENSORS_H
+#ifndef STOF_IO_SAFETENSORS_H
+#define STOF_IO_SAFETENSORS_H
 
 #include "core/core.h"
 
@@ -87,4 +87,4 @@ void stof_safetensors_shape_str(const int64_t *shape, int ndim, char *buf, size_
 }
 #endif
 
-#endif /* STOF_MODEL_SAFETENSORS_H */
+#endif /* STOF_IO_SAFETENSORS_H */

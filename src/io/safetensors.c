@@ -9,7 +9,7 @@
  * header is copied into a NUL-terminated buffer before parsing so the JSON
  * library can never read past it, whatever the input.
  */
-#include "model/safetensors.h"
+#include "io/safetensors.h"
 
 #include <cjson/cJSON.h>
 
