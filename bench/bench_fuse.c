@@ -375,7 +375,7 @@ int main(int argc, char **argv)
             c.lin.x = m->x;
             c.lin.w = m->w_qkv;
             c.lin.bias = m->b_qkv;
-            c.lin.act = FUSE_ACT_NONE;
+            c.lin.act = ACT_NONE;
             c.lin.y = m->y_big;
             bench_segment(ctx, ws, m->name, "qkv", FUSE_TPL_GEMM_BIAS_ACT, FUSE_TPL_GEMM_SM90, c,
                           2.0 * T * 3 * H * H, T * 3 * H, T);
@@ -383,7 +383,7 @@ int main(int argc, char **argv)
             c.lin.n = (int)I;
             c.lin.w = m->w1;
             c.lin.bias = m->b1;
-            c.lin.act = FUSE_ACT_GELU;
+            c.lin.act = ACT_GELU;
             bench_segment(ctx, ws, m->name, "ffn1+gelu", FUSE_TPL_GEMM_BIAS_ACT, FUSE_TPL_GEMM_SM90,
                           c, 2.0 * T * I * H, T * I, T);
 
@@ -392,7 +392,7 @@ int main(int argc, char **argv)
             c.lin.k = (int)H;
             c.lin.w = m->w_o;
             c.lin.bias = m->b_o;
-            c.lin.act = FUSE_ACT_NONE;
+            c.lin.act = ACT_NONE;
             c.lin.residual = m->res;
             c.lin.gamma = m->gamma;
             c.lin.beta = m->beta;
@@ -415,7 +415,7 @@ int main(int argc, char **argv)
             c.ffn.x = m->x;
             c.ffn.w1 = m->w1;
             c.ffn.b1 = m->b1;
-            c.ffn.act = FUSE_ACT_GELU;
+            c.ffn.act = ACT_GELU;
             c.ffn.w2 = m->w2;
             c.ffn.b2 = m->b2;
             c.ffn.residual = m->res;

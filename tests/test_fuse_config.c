@@ -41,7 +41,7 @@ static void test_tables(void)
     CHECK(fuse_config_list(FUSE_TPL_NONE, &n) == NULL && n == 0, "tpl NONE lists %d", n);
     n = 1;
     CHECK(fuse_config_list((fuse_tpl)42, &n) == NULL && n == 0, "tpl 42 lists %d", n);
-    CHECK(strcmp(fuse_act_name(FUSE_ACT_GELU_TANH), "gelu_tanh") == 0, "act name");
+    CHECK(strcmp(fuse_act_name(ACT_GELU_TANH), "gelu_tanh") == 0, "act name");
     CHECK(strcmp(fuse_tpl_name(FUSE_TPL_GEMM_SM90), "gemm_sm90") == 0, "sm90 name");
     CHECK(FUSE_TPL_COUNT == 5, "template count %d", (int)FUSE_TPL_COUNT);
     CHECK(fuse_chain_hidden_ok(768) && !fuse_chain_hidden_ok(512), "chain hidden sizes");
@@ -310,7 +310,7 @@ static fuse_ffn_args ffn_args(void)
     f.b1 = P(0x3000000);
     f.w2 = P(0x8000000);
     f.b2 = P(0x9000000);
-    f.act = FUSE_ACT_GELU;
+    f.act = ACT_GELU;
     f.residual = P(0x1000000);
     f.gamma = P(0x5000000);
     f.beta = P(0x6000000);
@@ -343,7 +343,7 @@ static void test_argument_checks(void)
     CHECK_OK(stof_ctx_create(&cp, &cpu));
     CHECK_STATUS(fuse_linear_act(cpu, &lt, &a, ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("CPU"), "message: %s", stof_last_error());
-    CHECK_STATUS(fuse_bias_act(cpu, STOF_F16, 4, 8, a.x, NULL, FUSE_ACT_RELU, a.y),
+    CHECK_STATUS(fuse_bias_act(cpu, STOF_F16, 4, 8, a.x, NULL, ACT_RELU, a.y),
                  STOF_ERR_INVALID_ARG);
     stof_ctx_destroy(cpu);
 
@@ -374,7 +374,7 @@ static void test_argument_checks(void)
     a.m = 0;
     CHECK_STATUS(fuse_linear_act(ctx, &st, &a, ws), STOF_ERR_SHAPE);
     a = linear_args();
-    a.act = (fuse_act)7;
+    a.act = (stof_act)7;
     CHECK_STATUS(fuse_linear_act(ctx, &lt, &a, ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("activation 7"), "message: %s", stof_last_error());
     a = linear_args();
@@ -429,11 +429,11 @@ static void test_argument_checks(void)
 
     /* cuBLASLt specifics */
     a = linear_args();
-    CHECK_STATUS(fuse_lt_gemm(ctx, &a, FUSE_ACT_GELU, NULL, ws), STOF_ERR_UNSUPPORTED);
+    CHECK_STATUS(fuse_lt_gemm(ctx, &a, ACT_GELU, NULL, ws), STOF_ERR_UNSUPPORTED);
     CHECK(message_has("tanh"), "message: %s", stof_last_error());
-    CHECK_STATUS(fuse_lt_gemm(ctx, &a, FUSE_ACT_RELU, a.residual, ws), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_lt_gemm(ctx, &a, ACT_RELU, a.residual, ws), STOF_ERR_INVALID_ARG);
     fuse_ws odd_ws = {P(0x20000010), 1 << 20};
-    CHECK_STATUS(fuse_lt_gemm(ctx, &a, FUSE_ACT_NONE, NULL, odd_ws), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_lt_gemm(ctx, &a, ACT_NONE, NULL, odd_ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("256-byte"), "message: %s", stof_last_error());
 
     /* linear + residual + LayerNorm */
@@ -509,10 +509,10 @@ static void test_argument_checks(void)
 
     /* row kernels */
     void *x = P(0x1000000), *y = P(0x7000000), *g = P(0x5000000), *b = P(0x6000000);
-    CHECK_STATUS(fuse_bias_act(ctx, STOF_F32, 4, 8, x, NULL, FUSE_ACT_RELU, y),
+    CHECK_STATUS(fuse_bias_act(ctx, STOF_F32, 4, 8, x, NULL, ACT_RELU, y),
                  STOF_ERR_INVALID_ARG);
-    CHECK_STATUS(fuse_bias_act(ctx, STOF_F16, 4, 12, x, NULL, FUSE_ACT_RELU, y), STOF_ERR_SHAPE);
-    CHECK_STATUS(fuse_bias_act(ctx, STOF_F16, 4, 8, x, NULL, FUSE_ACT_RELU, P(0x1000010)),
+    CHECK_STATUS(fuse_bias_act(ctx, STOF_F16, 4, 12, x, NULL, ACT_RELU, y), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_bias_act(ctx, STOF_F16, 4, 8, x, NULL, ACT_RELU, P(0x1000010)),
                  STOF_ERR_INVALID_ARG);
     CHECK_STATUS(fuse_add_layernorm(ctx, STOF_F16, 4, 8200, x, NULL, g, b, 1e-5f, y),
                  STOF_ERR_SHAPE);

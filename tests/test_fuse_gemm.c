@@ -43,7 +43,7 @@ void *fuse_test_upload(const float *host, int64_t n, stof_dtype dtype);
 static const int hiddens[] = {384, 768, 1024};
 static const int64_t token_counts[] = {1, 7, 128, 1000, 16384};
 static const stof_dtype dtypes[] = {STOF_F16, STOF_BF16};
-static const fuse_act acts[] = {FUSE_ACT_NONE, FUSE_ACT_GELU, FUSE_ACT_GELU_TANH, FUSE_ACT_RELU};
+static const stof_act acts[] = {ACT_NONE, ACT_GELU, ACT_GELU_TANH, ACT_RELU, ACT_SILU};
 
 static double tolerance(stof_dtype dt)
 {
@@ -325,7 +325,7 @@ static bool runnable(stof_ctx *ctx, const fuse_choice *c, int64_t m, int n, int 
 }
 
 static void run_linear_act(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const dev_data *d,
-                           stof_dtype dt, fuse_act act, const float *ref_dev, void *y)
+                           stof_dtype dt, stof_act act, const float *ref_dev, void *y)
 {
     fuse_choice ch[16];
     int nch = linear_act_choices(ch, 16);
@@ -356,8 +356,8 @@ static void run_linear_act(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const
     }
     /* Every algorithm cuBLASLt's heuristic offers (what the tuner chooses among). */
     fuse_linear_args plain = a;
-    fuse_act lt_act = act == FUSE_ACT_GELU ? FUSE_ACT_NONE : act;
-    if (act == FUSE_ACT_GELU) plain.bias = NULL;
+    stof_act lt_act = fuse_lt_has_act(act) ? act : ACT_NONE;
+    if (!fuse_lt_has_act(act)) plain.bias = NULL;
     int algos = 0;
     CHECK_OK(fuse_lt_algo_count(ctx, &plain, lt_act, NULL, 0, ws, &algos));
     CHECK(algos >= 1 && algos <= FUSE_LT_MAX_ALGOS, "cuBLASLt offers %d algorithms", algos);
@@ -430,7 +430,7 @@ static void run_chain(stof_ctx *ctx, fuse_ws ws, const shape_data *s, const dev_
     a.x = d->x;
     a.w1 = d->w1;
     a.b1 = d->b1;
-    a.act = FUSE_ACT_GELU;
+    a.act = ACT_GELU;
     a.w2 = d->w2;
     a.b2 = d->b2;
     if (with_ln) {
@@ -478,7 +478,7 @@ static void test_shape(stof_ctx *ctx, fuse_ws ws, test_rng *r, int hidden, int64
     float *act_dev = fuse_test_alloc((size_t)TI * 4);
     for (size_t ai = 0; ai < sizeof acts / sizeof acts[0]; ai++) {
         memcpy(act_ref, s.g1, sizeof(float) * TI);
-        cpu_activation(act_ref, TI, (stof_act)acts[ai]);
+        cpu_activation(act_ref, TI, acts[ai]);
         fuse_test_put(act_dev, act_ref, TI, STOF_F32);
         for (int di = 0; di < 2; di++)
             run_linear_act(ctx, ws, &s, &d[di], dtypes[di], acts[ai], act_dev, y_big);
@@ -535,7 +535,7 @@ static void test_odd_shapes(stof_ctx *ctx, fuse_ws ws, test_rng *r)
         a.x = dx;
         a.w = dw;
         a.bias = db;
-        a.act = FUSE_ACT_GELU_TANH;
+        a.act = ACT_GELU_TANH;
         a.residual = dres;
         a.gamma = dg;
         a.beta = dbeta;
@@ -568,7 +568,7 @@ static void test_odd_shapes(stof_ctx *ctx, fuse_ws ws, test_rng *r)
         cpu_linear(x, w, NULL, pre, m, n, k, ACT_RELU);
         float *nb_dev = dev_f32(pre, m * n);
         a.bias = NULL;
-        a.act = FUSE_ACT_RELU;
+        a.act = ACT_RELU;
         nch = linear_act_choices(ch, 16);
         for (int i = 0; i < nch; i++) {
             char name[96], label[200];
@@ -625,8 +625,8 @@ static void test_sm90_ragged(stof_ctx *ctx, test_rng *r)
         for (size_t ai = 0; ai <= sizeof acts / sizeof acts[0]; ai++) {
             /* the last round: exact GELU without bias */
             const bool no_bias = ai == sizeof acts / sizeof acts[0];
-            const fuse_act act = no_bias ? FUSE_ACT_GELU : acts[ai];
-            cpu_linear(x, w, no_bias ? NULL : b, ref, m, n, k, (stof_act)act);
+            const stof_act act = no_bias ? ACT_GELU : acts[ai];
+            cpu_linear(x, w, no_bias ? NULL : b, ref, m, n, k, act);
             fuse_test_put(ref_dev, ref, m * n, STOF_F32);
             for (int di = 0; di < 2; di++) {
                 fuse_linear_args a = {0};
@@ -724,7 +724,7 @@ static void test_sm90_live_rows(stof_ctx *ctx, fuse_ws ws, test_rng *r)
             a.w_ready = vi % 2 == 1;
             char name[96], label[240];
             for (int ci = 0; ci < 2; ci++) { /* x w1^T + b1 */
-                a.n = I, a.k = H, a.x = d.x, a.w = d.w1, a.bias = d.b1, a.act = FUSE_ACT_NONE;
+                a.n = I, a.k = H, a.x = d.x, a.w = d.w1, a.bias = d.b1, a.act = ACT_NONE;
                 a.y = y;
                 fuse_config_format(&cfgs[ci], name, sizeof name);
                 snprintf(label, sizeof label, "live rows %d of %lld, %dx%d %s [%s]", (int)v,
@@ -739,7 +739,7 @@ static void test_sm90_live_rows(stof_ctx *ctx, fuse_ws ws, test_rng *r)
                       "%s: rows from %lld on were written", label, (long long)skip_from);
             }
             for (int splits = 1; splits <= 4; splits++) { /* LN(z w2^T + b2 + res) */
-                a.n = H, a.k = I, a.x = d.z, a.w = d.w2, a.bias = d.b2, a.act = FUSE_ACT_NONE;
+                a.n = H, a.k = I, a.x = d.z, a.w = d.w2, a.bias = d.b2, a.act = ACT_NONE;
                 a.residual = d.res, a.gamma = d.gamma, a.beta = d.beta, a.eps = EPS, a.y = y;
                 snprintf(label, sizeof label, "live rows %d of %lld, res_ln %dx%d %s k/%d", (int)v,
                          (long long)t, H, I, stof_dtype_name(dt), splits);
@@ -816,7 +816,7 @@ static void test_in_place(stof_ctx *ctx, fuse_ws ws, test_rng *r)
             f.x = y;
             f.w1 = d.w1;
             f.b1 = d.b1;
-            f.act = FUSE_ACT_GELU;
+            f.act = ACT_GELU;
             f.w2 = d.w2;
             f.b2 = d.b2;
             f.residual = y;
@@ -884,17 +884,17 @@ static void test_cache_and_refusals(stof_ctx *ctx, fuse_ws ws)
     a.w = w;
     a.bias = b;
     a.y = y;
-    CHECK_OK(fuse_lt_gemm(ctx, &a, FUSE_ACT_GELU_TANH, NULL, ws));
+    CHECK_OK(fuse_lt_gemm(ctx, &a, ACT_GELU_TANH, NULL, ws));
     int plans = fuse_lt_cached_plans(ctx);
-    CHECK_OK(fuse_lt_gemm(ctx, &a, FUSE_ACT_GELU_TANH, NULL, ws));
+    CHECK_OK(fuse_lt_gemm(ctx, &a, ACT_GELU_TANH, NULL, ws));
     CHECK(fuse_lt_cached_plans(ctx) == plans, "a repeated shape built a new plan (%d -> %d)", plans,
           fuse_lt_cached_plans(ctx));
     a.m = m + 8;
-    CHECK_OK(fuse_lt_gemm(ctx, &a, FUSE_ACT_GELU_TANH, NULL, ws));
+    CHECK_OK(fuse_lt_gemm(ctx, &a, ACT_GELU_TANH, NULL, ws));
     CHECK(fuse_lt_cached_plans(ctx) == plans + 1, "a new shape did not add a plan (%d -> %d)",
           plans, fuse_lt_cached_plans(ctx));
     a.m = m;
-    CHECK_STATUS(fuse_lt_gemm(ctx, &a, FUSE_ACT_GELU, NULL, ws), STOF_ERR_UNSUPPORTED);
+    CHECK_STATUS(fuse_lt_gemm(ctx, &a, ACT_GELU, NULL, ws), STOF_ERR_UNSUPPORTED);
 
     /* gemm_sm90 where it cannot run, or given to a segment it does not run:
      * an error before any launch */
@@ -949,7 +949,7 @@ static void test_cache_and_refusals(stof_ctx *ctx, fuse_ws ws)
     f.x = x;
     f.w1 = w;
     f.w2 = w;
-    f.act = FUSE_ACT_GELU;
+    f.act = ACT_GELU;
     f.y = y;
     fuse_choice stof_default = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0};
     CHECK_STATUS(fuse_ffn(ctx, &stof_default, &f, ws), STOF_ERR_UNSUPPORTED);

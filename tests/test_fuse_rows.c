@@ -72,7 +72,7 @@ static void expect_close(const char *label, stof_status st, const void *y, stof_
     cudaFree(ref_dev);
 }
 
-static void bias_act_case(stof_ctx *ctx, test_rng *r, int64_t m, int n, fuse_act act, stof_dtype dt,
+static void bias_act_case(stof_ctx *ctx, test_rng *r, int64_t m, int n, stof_act act, stof_dtype dt,
                           bool with_bias, bool in_place)
 {
     float *x = grid_array(r, m * n, -3.f, 3.f);
@@ -106,7 +106,7 @@ static void test_bias_act(stof_ctx *ctx, test_rng *r)
 {
     const int64_t ms[] = {1, 7, 1000};
     const int ns[] = {8, 200, 384, 3072};
-    const fuse_act acts[] = {FUSE_ACT_NONE, FUSE_ACT_GELU, FUSE_ACT_GELU_TANH, FUSE_ACT_RELU};
+    const stof_act acts[] = {ACT_NONE, ACT_GELU, ACT_GELU_TANH, ACT_RELU, ACT_SILU};
     for (size_t mi = 0; mi < 3; mi++)
         for (size_t ni = 0; ni < 4; ni++)
             for (size_t ai = 0; ai < 4; ai++)
@@ -118,7 +118,7 @@ static void test_bias_act(stof_ctx *ctx, test_rng *r)
      * and its bias column wraps (375 vectors per row do not divide the
      * grid's stride) */
     for (int di = 0; di < 2; di++)
-        bias_act_case(ctx, r, 4001, 3000, FUSE_ACT_GELU, dtypes[di], true, di == 1);
+        bias_act_case(ctx, r, 4001, 3000, ACT_GELU, dtypes[di], true, di == 1);
 }
 
 /* Widths chosen to hit every (threads per row, vectors per thread) kernel. */

@@ -49,10 +49,10 @@ stof_status fuse_check_rows(int64_t m, const char *name, const char *what)
     return STOF_OK;
 }
 
-stof_status fuse_check_act(fuse_act act, const char *what)
+stof_status fuse_check_act(stof_act act, const char *what)
 {
-    STOF_REQUIRE(act == FUSE_ACT_NONE || act == FUSE_ACT_GELU || act == FUSE_ACT_GELU_TANH ||
-                     act == FUSE_ACT_RELU,
+    STOF_REQUIRE(act == ACT_NONE || act == ACT_GELU || act == ACT_GELU_TANH ||
+                     act == ACT_RELU || act == ACT_SILU,
                  STOF_ERR_INVALID_ARG, "%s: unknown activation %d", what, (int)act);
     return STOF_OK;
 }
@@ -74,4 +74,21 @@ bool fuse_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
 size_t fuse_smem_limit(const stof_ctx *ctx)
 {
     return ctx->smem_per_block_optin;
+}
+
+stof_status fuse_check_index_ptr(const void *p, const char *name, const char *what)
+{
+    STOF_REQUIRE(p, STOF_ERR_INVALID_ARG, "%s: %s is NULL", what, name);
+    STOF_REQUIRE((uintptr_t)p % 4 == 0, STOF_ERR_INVALID_ARG, "%s: %s = %p is not 4-byte aligned",
+                 what, name, p);
+    return STOF_OK;
+}
+
+stof_status fuse_check_in_place(const void *in, const void *out, size_t bytes,
+                                  const char *in_name, const char *what)
+{
+    STOF_REQUIRE(in == out || !fuse_overlap(in, bytes, out, bytes), STOF_ERR_INVALID_ARG,
+                 "%s: the output partly overlaps %s (in-place must be the same pointer)", what,
+                 in_name);
+    return STOF_OK;
 }

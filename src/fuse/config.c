@@ -21,13 +21,14 @@ static const fuse_config gemm_sm90_list[] = {FUSE_GEMM_SM90_INSTANCES(ROW_SM90)}
 
 #define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-const char *fuse_act_name(fuse_act act)
+const char *fuse_act_name(stof_act act)
 {
     switch (act) {
-    case FUSE_ACT_NONE: return "none";
-    case FUSE_ACT_GELU: return "gelu";
-    case FUSE_ACT_GELU_TANH: return "gelu_tanh";
-    case FUSE_ACT_RELU: return "relu";
+    case ACT_NONE: return "none";
+    case ACT_GELU: return "gelu";
+    case ACT_GELU_TANH: return "gelu_tanh";
+    case ACT_RELU: return "relu";
+    case ACT_SILU: return "silu";
     }
     return "unknown";
 }

@@ -19,21 +19,14 @@
 #ifndef STOF_FUSE_H
 #define STOF_FUSE_H
 
+#include "core/act.h"
 #include "core/core.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Same numbering as cpu_act in src/cpu/cpu_ref.h. */
-typedef enum fuse_act {
-    FUSE_ACT_NONE = 0,
-    FUSE_ACT_GELU = 1,      /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
-    FUSE_ACT_GELU_TANH = 2, /* tanh approximation (cuBLASLt's GELU epilogue) */
-    FUSE_ACT_RELU = 3
-} fuse_act;
-
-const char *fuse_act_name(fuse_act act);
+const char *fuse_act_name(stof_act act);
 
 /* Largest width the row kernels (LayerNorm, embeddings) accept. */
 #define FUSE_MAX_ROW_WIDTH 8192
@@ -128,7 +121,7 @@ typedef struct fuse_linear_args {
     const void *x;            /* [m, k] */
     const void *w;            /* [n, k] */
     const void *bias;         /* [n], or NULL */
-    fuse_act act;             /* linear_act only */
+    stof_act act;             /* linear_act only */
     const void *residual;     /* [m, n]: linear_res_ln only; may equal y */
     const void *gamma, *beta; /* [n]: linear_res_ln only */
     float eps;                /* LayerNorm epsilon, > 0 */
@@ -152,7 +145,7 @@ typedef struct fuse_ffn_args {
     int hidden, inter;   /* multiples of 8 */
     const void *x;       /* [m, hidden] */
     const void *w1, *b1; /* [inter, hidden], [inter] (b1 may be NULL) */
-    fuse_act act;
+    stof_act act;
     const void *w2, *b2;      /* [hidden, inter], [hidden] (b2 may be NULL) */
     const void *residual;     /* [m, hidden] or NULL; may equal x and y */
     const void *gamma, *beta; /* [hidden], or both NULL for no LayerNorm */
@@ -211,19 +204,21 @@ stof_status fuse_run_ffn_chain(stof_ctx *ctx, const fuse_config *c, const fuse_f
 
 /*
  * y = epilogue(x w^T + bias + residual) with cuBLASLt: act NONE, RELU or
- * GELU_TANH (its GELU epilogue is the tanh approximation; GELU gives
- * UNSUPPORTED: use epilogue NONE and fuse_bias_act). residual (beta = 1, may
+ * GELU_TANH (fuse_lt_has_act; its GELU epilogue is the tanh approximation;
+ * GELU and SILU give UNSUPPORTED: use epilogue NONE and fuse_bias_act). residual (beta = 1, may
  * equal y) only with act NONE. The handle lives in ctx->cublaslt; descriptors
  * and the chosen algorithm are cached per (m, n, k, dtype, epilogue, alignment,
  * workspace), so a repeated shape makes no heuristic query.
  */
-stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *args, fuse_act act,
+stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *args, stof_act act,
                          const void *residual, fuse_ws ws);
+/* Whether cuBLASLt has an epilogue for act. */
+bool fuse_lt_has_act(stof_act act);
 /* How many algorithms cuBLASLt's heuristic offers for this GEMM (up to
  * FUSE_LT_MAX_ALGOS): the valid range of args->lt_algo. splits >= 2: for the
  * K-split GEMM of fuse_lt_gemm_parts instead (act and residual unused). */
 #define FUSE_LT_MAX_ALGOS 8
-stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, fuse_act act,
+stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, stof_act act,
                                const void *residual, int splits, fuse_ws ws, int *count);
 /*
  * The K of x w^T cut into `splits` equal slices, run as one strided-batched
@@ -270,7 +265,7 @@ int fuse_lt_cached_plans(const stof_ctx *ctx);
 
 /* y[m, n] = act(x[m, n] + bias[n]); bias may be NULL; y may equal x. */
 stof_status fuse_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n, const void *x,
-                          const void *bias, fuse_act act, void *y);
+                          const void *bias, stof_act act, void *y);
 /* y = LN(x + residual) * gamma + beta over rows of width cols (8..8192, multiple
  * of 8); residual may be NULL; y may equal x or residual. On sm_90 the kernel
  * reads gamma and beta before its programmatic-dependent-launch wait: they
@@ -329,6 +324,49 @@ stof_status fuse_embeddings(stof_ctx *ctx, stof_dtype dtype, const fuse_embed_ta
 stof_status fuse_mean_pool(stof_ctx *ctx, stof_dtype in_dtype, const void *packed,
                            const int32_t *cu_seqlens, int batch, int width, int64_t packed_cap,
                            stof_dtype out_dtype, void *out);
+
+/* ------------------------------------------------------------ ops of the decoder families */
+
+typedef enum fuse_norm_kind {
+    FUSE_NORM_LAYER = 0, /* (h - mean) / sqrt(var + eps) * gamma + beta, biased variance */
+    FUSE_NORM_RMS = 1    /* h / sqrt(mean(h^2) + eps) * gamma (beta must be NULL) */
+} fuse_norm_kind;
+
+/*
+ * h = x + residual over rows of width cols (8..8192, a multiple of 8);
+ * residual may be NULL (h = x). sum_out, when not NULL, receives h in the
+ * dtype (the pre-norm residual stream), and y = norm(h) with h as rounded
+ * there. gamma NULL means ones, beta NULL zeros (LayerNorm without a bias).
+ * y and sum_out may each be x or residual exactly, never each other.
+ */
+stof_status fuse_norm(stof_ctx *ctx, stof_dtype dtype, fuse_norm_kind kind, int64_t rows, int cols,
+                      const void *x, const void *residual, const void *gamma, const void *beta,
+                      float eps, void *y, void *sum_out);
+/*
+ * Rotary embedding in place, rotate-half convention (cpu_rope): token t's
+ * heads start at x + t * row_stride (elements), head h at h * head_dim; the
+ * first rot_dim dims of each (even, <= head_dim) rotate by positions[t] *
+ * inv_freq[i] (device F32 [rot_dim / 2]) on pairs (i, i + rot_dim / 2). On
+ * a packed QKV buffer [T, (heads + 2 kv_heads) * D] one call with heads +
+ * kv_heads heads turns q and k, which lie side by side in each row.
+ */
+stof_status fuse_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens, int heads,
+                      int head_dim, int64_t row_stride, const int32_t *positions,
+                      const float *inv_freq, int rot_dim);
+/* y[r, i] = act(x[r, i]) * x[r, inter + i]; x [rows, 2 inter], y [rows, inter]
+ * (inter a multiple of 8); y must not overlap x. */
+stof_status fuse_glu(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int inter, const void *x,
+                     stof_act act, void *y);
+/* out[t] = word[ids[t]] (+ position[positions[t]] when position is not NULL)
+ * for t < tokens, no norm; an index out of its table gives a row of NaN. */
+stof_status fuse_embed_sum(stof_ctx *ctx, stof_dtype dtype, const void *word, int vocab,
+                           const void *position, int max_pos, int hidden, const int32_t *ids,
+                           const int32_t *positions, int64_t tokens, void *out);
+/* out[b] = the last packed row of sequence b (zeros when empty); in_dtype
+ * F16/BF16, out_dtype that or F32. */
+stof_status fuse_gather_last(stof_ctx *ctx, stof_dtype in_dtype, const void *packed,
+                             const int32_t *cu_seqlens, int batch, int width, int64_t packed_cap,
+                             stof_dtype out_dtype, void *out);
 
 #ifdef __cplusplus
 }

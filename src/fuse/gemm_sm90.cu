@@ -403,12 +403,13 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
             continue;
         }
         switch (act) {
-        case FUSE_ACT_GELU: store_tile<T, BN, FUSE_ACT_GELU>(acc, bias, y, row0, col0, m, n); break;
-        case FUSE_ACT_GELU_TANH:
-            store_tile<T, BN, FUSE_ACT_GELU_TANH>(acc, bias, y, row0, col0, m, n);
+        case ACT_GELU: store_tile<T, BN, ACT_GELU>(acc, bias, y, row0, col0, m, n); break;
+        case ACT_GELU_TANH:
+            store_tile<T, BN, ACT_GELU_TANH>(acc, bias, y, row0, col0, m, n);
             break;
-        case FUSE_ACT_RELU: store_tile<T, BN, FUSE_ACT_RELU>(acc, bias, y, row0, col0, m, n); break;
-        default: store_tile<T, BN, FUSE_ACT_NONE>(acc, bias, y, row0, col0, m, n); break;
+        case ACT_RELU: store_tile<T, BN, ACT_RELU>(acc, bias, y, row0, col0, m, n); break;
+        case ACT_SILU: store_tile<T, BN, ACT_SILU>(acc, bias, y, row0, col0, m, n); break;
+        default: store_tile<T, BN, ACT_NONE>(acc, bias, y, row0, col0, m, n); break;
         }
     }
 }

@@ -23,8 +23,13 @@ stof_status fuse_check_opt_ptr(const void *p, const char *name, const char *what
 /* A feature count: 8 <= n <= max and a multiple of 8. */
 stof_status fuse_check_width(int64_t n, int64_t max, const char *name, const char *what);
 stof_status fuse_check_rows(int64_t m, const char *name, const char *what);
-stof_status fuse_check_act(fuse_act act, const char *what);
+stof_status fuse_check_act(stof_act act, const char *what);
 stof_status fuse_check_eps(float eps, const char *what);
+/* An index array: non-NULL and 4-byte aligned. */
+stof_status fuse_check_index_ptr(const void *p, const char *name, const char *what);
+/* An output of bytes that may be the input in exactly (in-place), or elsewhere. */
+stof_status fuse_check_in_place(const void *in, const void *out, size_t bytes,
+                                const char *in_name, const char *what);
 /* True when [a, a + a_bytes) and [b, b + b_bytes) share a byte. */
 bool fuse_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes);
 /* Shared memory a block may use on the ctx's device. */
@@ -50,7 +55,7 @@ stof_status fuse_launch_gemm_sm90_parts(stof_ctx *ctx, const fuse_config *c,
                                         const fuse_linear_args *a, int splits, float *parts);
 
 stof_status fuse_launch_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n, const void *x,
-                                 const void *bias, fuse_act act, void *y);
+                                 const void *bias, stof_act act, void *y);
 /* y = LN(x + bias + residual) * gamma + beta; bias and residual may be NULL. */
 stof_status fuse_launch_layernorm(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int cols,
                                   const void *x, const void *bias, const void *residual,
@@ -76,6 +81,23 @@ stof_status fuse_launch_positions(stof_ctx *ctx, const int32_t *cu_seqlens, int 
 stof_status fuse_launch_mean_pool(stof_ctx *ctx, stof_dtype in_dtype, const void *packed,
                                   const int32_t *cu_seqlens, int batch, int width,
                                   int64_t packed_cap, stof_dtype out_dtype, void *out);
+
+/* norms.cu, decoder_rows.cu (decoder_ops.c checks their arguments) */
+stof_status fuse_launch_norm(stof_ctx *ctx, stof_dtype dtype, fuse_norm_kind kind, int64_t rows,
+                             int cols, const void *x, const void *residual, const void *gamma,
+                             const void *beta, float eps, void *y, void *sum_out);
+stof_status fuse_launch_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens, int heads,
+                             int head_dim, int64_t row_stride, const int32_t *positions,
+                             const float *inv_freq, int rot_dim);
+stof_status fuse_launch_glu(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int inter,
+                            const void *x, stof_act act, void *y);
+stof_status fuse_launch_embed_sum(stof_ctx *ctx, stof_dtype dtype, const void *word, int vocab,
+                                  const void *position, int max_pos, int hidden,
+                                  const int32_t *ids, const int32_t *positions, int64_t tokens,
+                                  void *out);
+stof_status fuse_launch_gather_last(stof_ctx *ctx, stof_dtype in_dtype, const void *packed,
+                                    const int32_t *cu_seqlens, int batch, int width,
+                                    int64_t packed_cap, stof_dtype out_dtype, void *out);
 
 #ifdef __cplusplus
 }

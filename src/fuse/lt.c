@@ -214,17 +214,22 @@ static stof_status plan_get(lt_state *s, const lt_key *key, const void *bias, lt
     return STOF_OK;
 }
 
-static int lt_epilogue(fuse_act act, bool bias)
+bool fuse_lt_has_act(stof_act act)
+{
+    return act == ACT_NONE || act == ACT_GELU_TANH || act == ACT_RELU;
+}
+
+static int lt_epilogue(stof_act act, bool bias)
 {
     switch (act) {
-    case FUSE_ACT_RELU: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-    case FUSE_ACT_GELU_TANH: return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case ACT_RELU: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case ACT_GELU_TANH: return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     default: return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     }
 }
 
 /* Everything the heuristic looks at, for one call. */
-static lt_key make_key(const fuse_linear_args *a, fuse_act act, const void *residual, fuse_ws ws,
+static lt_key make_key(const fuse_linear_args *a, stof_act act, const void *residual, fuse_ws ws,
                        int splits)
 {
     lt_key key;
@@ -275,7 +280,7 @@ static stof_status check_operands(stof_ctx *ctx, const fuse_linear_args *a, fuse
     return STOF_OK;
 }
 
-stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, fuse_act act,
+stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, stof_act act,
                          const void *residual, fuse_ws ws)
 {
     const char *what = "fuse_lt_gemm";
@@ -284,11 +289,11 @@ stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, fuse_act act,
     STOF_TRY(fuse_check_opt_ptr(a->bias, "bias", what));
     STOF_TRY(fuse_check_opt_ptr(residual, "residual", what));
     STOF_TRY(fuse_check_act(act, what));
-    STOF_REQUIRE(act != FUSE_ACT_GELU, STOF_ERR_UNSUPPORTED,
-                 "%s: cuBLASLt's GELU epilogue is the tanh approximation; exact GELU (act %s) "
-                 "runs as epilogue none + fuse_bias_act",
+    STOF_REQUIRE(fuse_lt_has_act(act), STOF_ERR_UNSUPPORTED,
+                 "%s: cuBLASLt has no %s epilogue (its GELU is the tanh approximation); it runs "
+                 "as epilogue none + fuse_bias_act",
                  what, fuse_act_name(act));
-    STOF_REQUIRE(!residual || act == FUSE_ACT_NONE, STOF_ERR_INVALID_ARG,
+    STOF_REQUIRE(!residual || act == ACT_NONE, STOF_ERR_INVALID_ARG,
                  "%s: a residual goes with act none (cuBLASLt would apply %s after adding it)",
                  what, fuse_act_name(act));
     size_t es = 2;
@@ -311,7 +316,7 @@ stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, fuse_act act,
     return STOF_OK;
 }
 
-stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, fuse_act act,
+stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, stof_act act,
                                const void *residual, int splits, fuse_ws ws, int *count)
 {
     STOF_REQUIRE(args && count, STOF_ERR_INVALID_ARG, "fuse_lt_algo_count: args or count is NULL");
@@ -327,7 +332,7 @@ stof_status fuse_lt_algo_count(stof_ctx *ctx, const fuse_linear_args *args, fuse
                      STOF_ERR_INVALID_ARG, "fuse_lt_algo_count: k = %d in %d slices", args->k,
                      splits);
         last.bias = NULL;
-        act = FUSE_ACT_NONE;
+        act = ACT_NONE;
         residual = NULL;
         ws = fuse_lt_parts_rest(ws, splits, args->m, args->n);
     }
@@ -374,7 +379,7 @@ stof_status fuse_lt_gemm_parts(stof_ctx *ctx, const fuse_linear_args *a, int spl
     fuse_linear_args plain = *a;
     plain.bias = NULL;
     plain.y = parts; /* for the alignment the key records */
-    lt_key key = make_key(&plain, FUSE_ACT_NONE, NULL, ws, splits);
+    lt_key key = make_key(&plain, ACT_NONE, NULL, ws, splits);
     lt_plan *p = NULL;
     STOF_TRY(plan_get(s, &key, NULL, &p));
     const float alpha = 1.f, beta = 0.f;

@@ -215,12 +215,13 @@ template <typename T> static __device__ __forceinline__ void store2(T *p, float 
 static __device__ __forceinline__ float act_apply(float x, int act)
 {
     switch (act) {
-    case FUSE_ACT_GELU: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
-    case FUSE_ACT_GELU_TANH: {
+    case ACT_GELU: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+    case ACT_GELU_TANH: {
         float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
         return 0.5f * x * (1.f + tanhf(u));
     }
-    case FUSE_ACT_RELU: return x > 0.f ? x : 0.f;
+    case ACT_RELU: return x > 0.f ? x : 0.f;
+    case ACT_SILU: return x / (1.f + __expf(-x));
     default: return x;
     }
 }

@@ -5,24 +5,6 @@
  */
 #include "fuse/internal.h"
 
-static stof_status check_index_ptr(const void *p, const char *name, const char *what)
-{
-    STOF_REQUIRE(p, STOF_ERR_INVALID_ARG, "%s: %s is NULL", what, name);
-    STOF_REQUIRE((uintptr_t)p % 4 == 0, STOF_ERR_INVALID_ARG, "%s: %s = %p is not 4-byte aligned",
-                 what, name, p);
-    return STOF_OK;
-}
-
-/* out may be in exactly, or elsewhere. */
-static stof_status check_in_place(const void *in, const void *out, size_t bytes,
-                                  const char *in_name, const char *what)
-{
-    STOF_REQUIRE(in == out || !fuse_overlap(in, bytes, out, bytes), STOF_ERR_INVALID_ARG,
-                 "%s: the output partly overlaps %s (in-place must be the same pointer)", what,
-                 in_name);
-    return STOF_OK;
-}
-
 static stof_status check_batch(int batch, int len, const char *what)
 {
     STOF_REQUIRE(batch >= 1 && batch <= 65535, STOF_ERR_SHAPE, "%s: batch %d is not in [1, 65535]",
@@ -33,7 +15,7 @@ static stof_status check_batch(int batch, int len, const char *what)
 }
 
 stof_status fuse_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n, const void *x,
-                          const void *bias, fuse_act act, void *y)
+                          const void *bias, stof_act act, void *y)
 {
     const char *what = "fuse_bias_act";
     STOF_TRY(fuse_check_ctx(ctx, what));
@@ -44,7 +26,7 @@ stof_status fuse_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n, con
     STOF_TRY(fuse_check_ptr(y, "y", what));
     STOF_TRY(fuse_check_opt_ptr(bias, "bias", what));
     STOF_TRY(fuse_check_act(act, what));
-    STOF_TRY(check_in_place(x, y, (size_t)m * n * 2, "x", what));
+    STOF_TRY(fuse_check_in_place(x, y, (size_t)m * n * 2, "x", what));
     return fuse_launch_bias_act(ctx, dtype, m, n, x, bias, act, y);
 }
 
@@ -65,8 +47,8 @@ static stof_status layernorm_checked(const char *what, stof_ctx *ctx, stof_dtype
     STOF_TRY(fuse_check_opt_ptr(residual, "residual", what));
     STOF_TRY(fuse_check_eps(eps, what));
     size_t bytes = (size_t)rows * cols * 2;
-    STOF_TRY(check_in_place(x, y, bytes, "x", what));
-    if (residual) STOF_TRY(check_in_place(residual, y, bytes, "residual", what));
+    STOF_TRY(fuse_check_in_place(x, y, bytes, "x", what));
+    if (residual) STOF_TRY(fuse_check_in_place(residual, y, bytes, "residual", what));
     return fuse_launch_layernorm(ctx, dtype, rows, cols, x, bias, residual, gamma, beta, eps, y);
 }
 
@@ -92,8 +74,8 @@ stof_status fuse_cu_seqlens(stof_ctx *ctx, const int32_t *lengths, int batch, in
     const char *what = "fuse_cu_seqlens";
     STOF_TRY(fuse_check_ctx(ctx, what));
     STOF_TRY(check_batch(batch, len, what));
-    STOF_TRY(check_index_ptr(lengths, "lengths", what));
-    STOF_TRY(check_index_ptr(cu_seqlens, "cu_seqlens", what));
+    STOF_TRY(fuse_check_index_ptr(lengths, "lengths", what));
+    STOF_TRY(fuse_check_index_ptr(cu_seqlens, "cu_seqlens", what));
     STOF_REQUIRE(!fuse_overlap(lengths, (size_t)batch * 4, cu_seqlens, (size_t)(batch + 1) * 4),
                  STOF_ERR_INVALID_ARG, "%s: cu_seqlens overlaps lengths", what);
     return fuse_launch_cu_seqlens(ctx, lengths, batch, len, cu_seqlens);
@@ -112,7 +94,7 @@ static stof_status check_pack(const char *what, stof_ctx *ctx, stof_dtype dtype,
     STOF_REQUIRE(packed_cap >= 0 && packed_cap <= (int64_t)batch * len, STOF_ERR_SHAPE,
                  "%s: packed_cap %lld is not in [0, batch * len = %lld]", what,
                  (long long)packed_cap, (long long)batch * len);
-    STOF_TRY(check_index_ptr(cu_seqlens, "cu_seqlens", what));
+    STOF_TRY(fuse_check_index_ptr(cu_seqlens, "cu_seqlens", what));
     STOF_REQUIRE(padded && packed, STOF_ERR_INVALID_ARG, "%s: %s is NULL", what,
                  padded ? "packed" : "padded");
     int64_t rb = (int64_t)width * (int64_t)stof_dtype_size(dtype);
@@ -154,8 +136,8 @@ stof_status fuse_packed_positions(stof_ctx *ctx, const int32_t *cu_seqlens, int 
     const char *what = "fuse_packed_positions";
     STOF_TRY(fuse_check_ctx(ctx, what));
     STOF_TRY(check_batch(batch, len, what));
-    STOF_TRY(check_index_ptr(cu_seqlens, "cu_seqlens", what));
-    STOF_TRY(check_index_ptr(positions, "positions", what));
+    STOF_TRY(fuse_check_index_ptr(cu_seqlens, "cu_seqlens", what));
+    STOF_TRY(fuse_check_index_ptr(positions, "positions", what));
     STOF_REQUIRE(packed_cap >= 0, STOF_ERR_SHAPE, "%s: packed_cap %lld is negative", what,
                  (long long)packed_cap);
     return fuse_launch_positions(ctx, cu_seqlens, batch, len, positions, packed_cap);
@@ -180,9 +162,9 @@ stof_status fuse_embeddings(stof_ctx *ctx, stof_dtype dtype, const fuse_embed_ta
     STOF_TRY(fuse_check_ptr(t->beta, "beta", what));
     STOF_TRY(fuse_check_eps(t->eps, what));
     STOF_TRY(fuse_check_rows(tokens, "tokens", what));
-    STOF_TRY(check_index_ptr(ids, "ids", what));
-    STOF_TRY(check_index_ptr(positions, "positions", what));
-    if (types) STOF_TRY(check_index_ptr(types, "types", what));
+    STOF_TRY(fuse_check_index_ptr(ids, "ids", what));
+    STOF_TRY(fuse_check_index_ptr(positions, "positions", what));
+    if (types) STOF_TRY(fuse_check_index_ptr(types, "types", what));
     STOF_TRY(fuse_check_ptr(out, "out", what));
     return fuse_launch_embeddings(ctx, dtype, t, ids, positions, types, tokens, out);
 }
@@ -203,7 +185,7 @@ stof_status fuse_mean_pool(stof_ctx *ctx, stof_dtype in_dtype, const void *packe
     STOF_REQUIRE(packed_cap >= 0, STOF_ERR_SHAPE, "%s: packed_cap %lld is negative", what,
                  (long long)packed_cap);
     STOF_TRY(fuse_check_ptr(packed, "packed", what));
-    STOF_TRY(check_index_ptr(cu_seqlens, "cu_seqlens", what));
+    STOF_TRY(fuse_check_index_ptr(cu_seqlens, "cu_seqlens", what));
     STOF_TRY(fuse_check_ptr(out, "out", what));
     return fuse_launch_mean_pool(ctx, in_dtype, packed, cu_seqlens, batch, width, packed_cap,
                                  out_dtype, out);

@@ -11,31 +11,8 @@
  */
 #include "fuse/internal.h"
 #include "fuse/mma.cuh"
+#include "fuse/rows.cuh"
 #include "core/launch.cuh"
-
-static __device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* Sum over the TPR threads that share a row (TPR 32: one warp; else the CTA). */
-template <int TPR> static __device__ __forceinline__ float row_sum(float v, float *red)
-{
-    v = warp_sum(v);
-    if (TPR == 32) return v;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < TPR / 32; i++)
-        s += red[i];
-    __syncthreads(); /* red is reused by the next reduction */
-    return s;
-}
 
 /* gamma and beta of the vectors one thread normalises (vector i of thread
  * `lane` is columns (lane + i * TPR) * 8 ..), as loaded. They are parameters
@@ -155,7 +132,7 @@ __global__ void __launch_bounds__(256)
 
 template <typename T>
 static stof_status launch_bias_act_t(stof_ctx *ctx, int64_t m, int n, const void *x,
-                                     const void *bias, fuse_act act, void *y)
+                                     const void *bias, stof_act act, void *y)
 {
     int64_t nvec64 = m * n / 8;
     /* a vector per thread, up to 8 CTAs of 256 per SM (all the threads an SM
@@ -173,10 +150,11 @@ static stof_status launch_bias_act_t(stof_ctx *ctx, int64_t m, int n, const void
     void *args[] = {&xt, &bt, &yt, &nvec, &row_vecs};
     const void *fn;
     switch (act) {
-    case FUSE_ACT_GELU: fn = (const void *)bias_act_kernel<T, FUSE_ACT_GELU>; break;
-    case FUSE_ACT_GELU_TANH: fn = (const void *)bias_act_kernel<T, FUSE_ACT_GELU_TANH>; break;
-    case FUSE_ACT_RELU: fn = (const void *)bias_act_kernel<T, FUSE_ACT_RELU>; break;
-    default: fn = (const void *)bias_act_kernel<T, FUSE_ACT_NONE>; break;
+    case ACT_GELU: fn = (const void *)bias_act_kernel<T, ACT_GELU>; break;
+    case ACT_GELU_TANH: fn = (const void *)bias_act_kernel<T, ACT_GELU_TANH>; break;
+    case ACT_RELU: fn = (const void *)bias_act_kernel<T, ACT_RELU>; break;
+    case ACT_SILU: fn = (const void *)bias_act_kernel<T, ACT_SILU>; break;
+    default: fn = (const void *)bias_act_kernel<T, ACT_NONE>; break;
     }
     STOF_CUDA_TRY(stof_launch_pdl(ctx->cc_major >= 9, fn, dim3((unsigned)blocks), dim3(256), args,
                                   0, (cudaStream_t)ctx->stream));
@@ -184,7 +162,7 @@ static stof_status launch_bias_act_t(stof_ctx *ctx, int64_t m, int n, const void
 }
 
 extern "C" stof_status fuse_launch_bias_act(stof_ctx *ctx, stof_dtype dtype, int64_t m, int n,
-                                            const void *x, const void *bias, fuse_act act, void *y)
+                                            const void *x, const void *bias, stof_act act, void *y)
 {
     if (dtype == STOF_BF16) return launch_bias_act_t<__nv_bfloat16>(ctx, m, n, x, bias, act, y);
     return launch_bias_act_t<__half>(ctx, m, n, x, bias, act, y);
@@ -449,16 +427,6 @@ extern "C" stof_status fuse_launch_embeddings(stof_ctx *ctx, stof_dtype dtype,
 }
 
 /* ---------------------------------------------------------------- padding-free helpers */
-
-/* Length of sequence b from cu_seqlens, cut to [0, len]; *start is clamped to >= 0. */
-static __device__ __forceinline__ int seq_extent(const int32_t *cu, int b, int len, int64_t *start)
-{
-    int s = cu[b], e = cu[b + 1];
-    int n = e - s;
-    *start = s < 0 ? 0 : s;
-    if (s < 0 || n < 0) return 0;
-    return n > len ? len : n;
-}
 
 /* One warp prefix-sums the lengths, 32 at a time. */
 __global__ void cu_seqlens_kernel(const int32_t *__restrict__ lengths, int batch, int len,

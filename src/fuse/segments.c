@@ -225,14 +225,15 @@ static stof_status check_path(const fuse_choice *choice, const char *what)
     return STOF_OK;
 }
 
-/* cuBLASLt GEMM + activation; exact GELU goes through the row kernel. */
+/* cuBLASLt GEMM + activation; exact GELU and SiLU, which cuBLASLt has no
+ * epilogue for, go through the row kernel with the bias. */
 static stof_status lt_linear_act(stof_ctx *ctx, const fuse_linear_args *args, fuse_ws ws)
 {
-    if (args->act != FUSE_ACT_GELU) return fuse_lt_gemm(ctx, args, args->act, NULL, ws);
+    if (fuse_lt_has_act(args->act)) return fuse_lt_gemm(ctx, args, args->act, NULL, ws);
     fuse_linear_args plain = *args;
     plain.bias = NULL;
-    STOF_TRY(fuse_lt_gemm(ctx, &plain, FUSE_ACT_NONE, NULL, ws));
-    return fuse_bias_act(ctx, args->dtype, args->m, args->n, args->y, args->bias, FUSE_ACT_GELU,
+    STOF_TRY(fuse_lt_gemm(ctx, &plain, ACT_NONE, NULL, ws));
+    return fuse_bias_act(ctx, args->dtype, args->m, args->n, args->y, args->bias, args->act,
                          args->y);
 }
 
@@ -274,7 +275,7 @@ static stof_status lt_linear_res_ln(stof_ctx *ctx, const fuse_linear_args *args,
                                            args->bias, args->residual, args->gamma, args->beta,
                                            args->eps, args->y, NULL);
     }
-    STOF_TRY(fuse_lt_gemm(ctx, args, FUSE_ACT_NONE, args->residual, ws));
+    STOF_TRY(fuse_lt_gemm(ctx, args, ACT_NONE, args->residual, ws));
     if (!args->gamma) return STOF_OK;
     return fuse_add_layernorm(ctx, args->dtype, args->m, args->n, args->y, NULL, args->gamma,
                               args->beta, args->eps, args->y);

@@ -1,8 +1,8 @@
 /*
  * encoder.h — the forward request shared by the public API (model.c) and
  * the two executors, the CPU one (exec_cpu.c, fp32, the oracle of the GPU
- * path) and the GPU one (encoder_gpu.c); the model object itself is
- * struct stof_model of engine.h.
+ * path) and the GPU one (engine_gpu.c and its parts, engine_gpu.h); the
+ * model object itself is struct stof_model of engine.h.
  *
  * model.c validates every argument of a forward and hands the backend an
  * enc_request whose lengths, cu_seqlens and token count are already checked
@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 struct tune_plan;
-/* The GPU state (encoder_gpu.c defines struct engine_gpu). */
+/* The GPU state (engine_gpu.h defines struct engine_gpu). */
 typedef engine_gpu enc_gpu;
 
 /* One forward's inputs after validation (model.c). */
@@ -64,7 +64,7 @@ stof_status enc_forward_plan(stof_model *model, const stof_forward_params *param
 stof_status exec_cpu_forward(stof_model *m, const enc_request *r);
 void exec_cpu_ws_free(exec_cpu_ws *ws);
 
-/* ---- encoder_gpu.c */
+/* ---- engine_gpu.c and its parts */
 
 /* Uploads the weights in m->info.dtype and prepares the GPU state. */
 stof_status enc_gpu_create(stof_model *m);
@@ -80,7 +80,7 @@ stof_status enc_gpu_forward(stof_model *m, const enc_request *r);
  * also pack the forward's inputs (cu_seqlens, ids, types, positions) from the
  * scan's lengths, and *packed says so: nothing is left to upload once the
  * host has the lengths. A small batch of such inputs computes a fixed B * L
- * rows (encoder_gpu.c, "Small batches"); once its CUDA graph is captured the
+ * rows (graphs_gpu.c, "Small batches"); once its CUDA graph is captured the
  * graph is launched ahead of the read back too, and *computed says so: the
  * forward has only its outputs left to write. r->mask, r->types, r->eager and
  * r->plan must be set.
@@ -109,14 +109,17 @@ stof_status enc_gpu_lt_algos(stof_model *m, int seg, int64_t rows, int *count);
 int enc_gpu_graphs_captured(const enc_gpu *g);
 /* Forwards whose graph was launched ahead of the input scan's read back (for tests). */
 int64_t enc_gpu_launched_ahead(const enc_gpu *g);
-/* B * L up to which a batch of device inputs computes B * L rows (encoder_gpu.c). */
+/* B * L up to which a batch of device inputs computes B * L rows (graphs_gpu.c). */
 #define ENC_FIXED_ROWS 128
 
-/* ---- encoder_kernels.cu (enqueued on ctx->stream; arguments trusted) */
+/* ---- inputs.cu (enqueued on ctx->stream; arguments trusted) */
 
 /* dst[i] = src[i] for n F16 or BF16 elements. */
 stof_status enc_half_to_f32(stof_ctx *ctx, stof_dtype dtype, const void *src, int64_t n,
                             float *dst);
+/* dst[r, c] = src[r * src_stride + c] for rows x cols F16 or BF16 elements. */
+stof_status enc_half_to_f32_rows(stof_ctx *ctx, stof_dtype dtype, const void *src, int64_t rows,
+                                 int64_t cols, int64_t src_stride, float *dst);
 /* out[b] = packed row cu_seqlens[b] as f32 (zeros for an empty sequence). */
 stof_status enc_cls_pool(stof_ctx *ctx, stof_dtype dtype, const void *x, const int32_t *cu_seqlens,
                          int batch, int hidden, int64_t tokens, float *out);

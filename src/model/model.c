@@ -76,11 +76,13 @@ static void fill_info(stof_model *m, stof_dtype dtype)
     i->is_decoder = d->head == HEAD_LM;
 }
 
-/* The folder's description and weights, kept in host memory in F32. A GPU
- * context uploads them from there (enc_gpu_create) and drops the host copy. */
+/* The folder's description and, on a CPU context, its weights in host
+ * memory in F32. A GPU context streams them to the device in the run dtype
+ * (enc_gpu_create), with no host copy of the model. */
 static stof_status load_model(stof_model *m, const char *dir)
 {
     STOF_TRY(model_load_files(dir, &m->files, &m->family, &m->desc));
+    if (m->ctx->device == STOF_DEVICE_GPU) return STOF_OK;
     weight_sink sink = weight_sink_host();
     return model_load_weights(&m->files, m->family, &m->desc, STOF_F32, &sink, &m->w);
 }
@@ -338,8 +340,6 @@ static stof_status check_logits_out(const stof_model *m, const stof_tensor *t, b
     STOF_REQUIRE(m->info.is_decoder, STOF_ERR_UNSUPPORTED,
                  "logits: %s is an encoder (family %s) without an LM head", m->info.model_type,
                  m->info.family);
-    STOF_REQUIRE(!on_gpu(m), STOF_ERR_UNSUPPORTED,
-                 "logits: the GPU engine does not compute logits yet; use a CPU context");
     STOF_TRY(stof_tensor_check(t, "logits"));
     STOF_TRY(stof_tensor_check_memory(m->ctx, t, "logits"));
     STOF_REQUIRE(t->dtype == STOF_F32, STOF_ERR_SHAPE, "logits is %s; it must be f32",

@@ -110,7 +110,9 @@ bool tune_key_equal(const tune_key *a, const tune_key *b)
            a->hidden == b->hidden && a->layers == b->layers && a->heads == b->heads &&
            a->intermediate == b->intermediate && a->dtype == b->dtype && a->batch == b->batch &&
            a->len == b->len && a->token_bucket == b->token_bucket &&
-           strncmp(a->mask, b->mask, sizeof a->mask) == 0;
+           strncmp(a->mask, b->mask, sizeof a->mask) == 0 &&
+           strncmp(a->family, b->family, sizeof a->family) == 0 &&
+           strncmp(a->desc_hash, b->desc_hash, sizeof a->desc_hash) == 0;
 }
 
 stof_status tune_cache_path(const char *override_path, char *buf, size_t cap)
@@ -158,6 +160,9 @@ static bool key_valid(const tune_key *k, char *why, size_t cap)
         bad = "key.version is not terminated";
     else if (!terminated(k->mask, sizeof k->mask))
         bad = "key.mask is not terminated";
+    else if (!terminated(k->family, sizeof k->family) ||
+             !terminated(k->desc_hash, sizeof k->desc_hash))
+        bad = "key.family or key.desc_hash is not terminated";
     else if (k->sm_count < 0)
         bad = "key.sm_count is negative";
     else if (k->cc < 0)
@@ -255,6 +260,17 @@ static bool json_string(const cJSON *obj, const char *name, char *out, size_t si
     return true;
 }
 
+/* A string field entries written before it existed lack: "" then. */
+static bool json_opt_string(const cJSON *obj, const char *name, char *out, size_t size, char *why,
+                            size_t cap)
+{
+    if (!cJSON_GetObjectItemCaseSensitive(obj, name)) {
+        out[0] = '\0';
+        return true;
+    }
+    return json_string(obj, name, out, size, why, cap);
+}
+
 static bool key_from_json(const cJSON *o, tune_key *k, char *why, size_t cap)
 {
     memset(k, 0, sizeof *k);
@@ -273,7 +289,10 @@ static bool key_from_json(const cJSON *o, tune_key *k, char *why, size_t cap)
            json_int32(o, "dtype", &k->dtype, why, cap) &&
            json_int32(o, "batch", &k->batch, why, cap) && json_int32(o, "len", &k->len, why, cap) &&
            json_int(o, "token_bucket", TUNE_MAX_EXACT_INT, &k->token_bucket, why, cap) &&
-           json_string(o, "mask", k->mask, sizeof k->mask, why, cap) && key_valid(k, why, cap);
+           json_string(o, "mask", k->mask, sizeof k->mask, why, cap) &&
+           json_opt_string(o, "family", k->family, sizeof k->family, why, cap) &&
+           json_opt_string(o, "desc_hash", k->desc_hash, sizeof k->desc_hash, why, cap) &&
+           key_valid(k, why, cap);
 }
 
 static bool seg_from_json(const cJSON *o, int s, tune_seg *g, char *why, size_t cap)
@@ -385,7 +404,9 @@ static cJSON *entry_to_json(const tune_key *k, const tune_plan *p)
               add_num(key, "heads", k->heads) && add_num(key, "intermediate", k->intermediate) &&
               add_num(key, "dtype", k->dtype) && add_num(key, "batch", k->batch) &&
               add_num(key, "len", k->len) && add_int64(key, "token_bucket", k->token_bucket) &&
-              cJSON_AddStringToObject(key, "mask", k->mask);
+              cJSON_AddStringToObject(key, "mask", k->mask) &&
+              cJSON_AddStringToObject(key, "family", k->family) &&
+              cJSON_AddStringToObject(key, "desc_hash", k->desc_hash);
     cJSON *segs = ok ? cJSON_AddArrayToObject(plan, "segments") : NULL;
     ok = ok && segs;
     for (int s = 0; ok && s < TUNE_NSEG; s++) {
@@ -435,6 +456,8 @@ static uint64_t key_hash(const tune_key *k)
     h = hash_bytes(h, k->gpu, strnlen(k->gpu, sizeof k->gpu));
     h = hash_bytes(h, k->version, strnlen(k->version, sizeof k->version));
     h = hash_bytes(h, k->mask, strnlen(k->mask, sizeof k->mask));
+    h = hash_bytes(h, k->family, strnlen(k->family, sizeof k->family));
+    h = hash_bytes(h, k->desc_hash, strnlen(k->desc_hash, sizeof k->desc_hash));
     const int64_t nums[] = {k->sm_count,     k->cc,    k->hidden, k->layers, k->heads,
                             k->intermediate, k->dtype, k->batch,  k->len,    k->token_bucket};
     return hash_bytes(h, nums, sizeof nums);

@@ -63,6 +63,8 @@ typedef struct tune_key {
     int batch, len;                                 /* padded shape B, L */
     int64_t token_bucket; /* tune_token_bucket(tokens); at most 2^53 (exact in JSON) */
     char mask[128];       /* mask signature (tune_mask_signature) */
+    char family[16];      /* model family ("bert", "llama", ...); "" in entries older than it */
+    char desc_hash[20];   /* desc_hash of the model description, 16 hex digits (or "") */
 } tune_key;
 
 /*

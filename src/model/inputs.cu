@@ -1,5 +1,5 @@
 /*
- * encoder_kernels.cu — the few small kernels the GPU encoder needs beside
+ * inputs.cu — the few small kernels the GPU encoder needs beside
  * src/fuse: widening the last hidden state to f32, CLS pooling, L2
  * normalisation of pooled rows, and the inputs that arrive in device memory:
  * one scan that derives the lengths (from an attention mask) and range-checks
@@ -38,20 +38,30 @@ static stof_status launched(const char *what)
 
 /* ---------------------------------------------------------------- widening */
 
-static __global__ void half_to_f32_kernel(const void *src, int64_t n, int bf16, float *dst)
+/* dst[r, c] = src[r * stride + c] for r < rows, c < cols. */
+static __global__ void half_to_f32_kernel(const void *src, int64_t rows, int64_t cols,
+                                          int64_t stride, int bf16, float *dst)
 {
+    const int64_t n = rows * cols;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = load_half(src, i, bf16);
+        dst[i] = load_half(src, cols == stride ? i : (i / cols) * stride + i % cols, bf16);
+}
+
+extern "C" stof_status enc_half_to_f32_rows(stof_ctx *ctx, stof_dtype dtype, const void *src,
+                                            int64_t rows, int64_t cols, int64_t src_stride,
+                                            float *dst)
+{
+    if (rows <= 0 || cols <= 0) return STOF_OK;
+    half_to_f32_kernel<<<grid_for(rows * cols, 256), 256, 0, (cudaStream_t)ctx->stream>>>(
+        src, rows, cols, src_stride, dtype == STOF_BF16, dst);
+    return launched("half_to_f32_kernel");
 }
 
 extern "C" stof_status enc_half_to_f32(stof_ctx *ctx, stof_dtype dtype, const void *src, int64_t n,
                                        float *dst)
 {
-    if (n <= 0) return STOF_OK;
-    half_to_f32_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)ctx->stream>>>(
-        src, n, dtype == STOF_BF16, dst);
-    return launched("half_to_f32_kernel");
+    return enc_half_to_f32_rows(ctx, dtype, src, 1, n, n, dst);
 }
 
 /* ---------------------------------------------------------------- pooling */

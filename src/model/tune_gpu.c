@@ -1,5 +1,5 @@
 /*
- * encoder_tune.c — stof_model_tune: the two-stage search (src/tune/search.c)
+ * tune_gpu.c — stof_model_tune: the two-stage search (src/tune/search.c)
  * over the execution plans of the GPU encoder, and its tuning cache entry.
  *
  * What the search gets from here:
@@ -18,7 +18,7 @@
  *    timed with CUDA events, median of several; the last hidden state of each
  *    candidate is compared with the default plan's on the real tokens.
  */
-#include "model/encoder.h"
+#include "model/engine_gpu.h"
 
 #include "attn/attn.h"
 #include "attn/select.h"
@@ -519,6 +519,10 @@ stof_status stof_model_tune(stof_model *model, const stof_tune_params *params,
     STOF_REQUIRE(ids, STOF_ERR_INVALID_ARG, "stof_model_tune: ids is NULL");
     STOF_REQUIRE(model->gpu, STOF_ERR_UNSUPPORTED,
                  "stof_model_tune: the model runs on the CPU; tuning measures GPU plans");
+    STOF_REQUIRE(model->gpu->bert, STOF_ERR_UNSUPPORTED,
+                 "stof_model_tune: the search covers the fused segments of post-norm BERT "
+                 "layers; %s (family %s) runs the rule-based plan",
+                 model->desc.model_type, model->desc.family);
     memset(out, 0, sizeof *out);
     stof_tune_params p = params ? *params : stof_tune_default_params();
     if (p.budget == 0) p.budget = TUNE_DEFAULT_BUDGET;

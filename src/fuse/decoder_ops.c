@@ -1,0 +1,122 @@
+/*
+ * decoder_ops.c — argument checks in front of the kernels of norms.cu and
+ * decoder_rows.cu (the ops the decoder families and ModernBERT add). The
+ * aliasing rule of rowops.c holds: an output may be exactly an input it
+ * replaces row for row, never a partial overlap.
+ */
+#include "fuse/internal.h"
+
+stof_status fuse_norm(stof_ctx *ctx, stof_dtype dtype, fuse_norm_kind kind, int64_t rows, int cols,
+                      const void *x, const void *residual, const void *gamma, const void *beta,
+                      float eps, void *y, void *sum_out)
+{
+    const char *what = "fuse_norm";
+    STOF_TRY(fuse_check_ctx(ctx, what));
+    STOF_TRY(fuse_check_dtype(dtype, what));
+    STOF_REQUIRE(kind == FUSE_NORM_LAYER || kind == FUSE_NORM_RMS, STOF_ERR_INVALID_ARG,
+                 "%s: unknown norm kind %d", what, (int)kind);
+    STOF_REQUIRE(kind != FUSE_NORM_RMS || !beta, STOF_ERR_INVALID_ARG,
+                 "%s: RMSNorm takes no beta", what);
+    STOF_TRY(fuse_check_rows(rows, "rows", what));
+    STOF_TRY(fuse_check_width(cols, FUSE_MAX_ROW_WIDTH, "cols", what));
+    STOF_TRY(fuse_check_ptr(x, "x", what));
+    STOF_TRY(fuse_check_ptr(y, "y", what));
+    STOF_TRY(fuse_check_opt_ptr(residual, "residual", what));
+    STOF_TRY(fuse_check_opt_ptr(gamma, "gamma", what));
+    STOF_TRY(fuse_check_opt_ptr(beta, "beta", what));
+    STOF_TRY(fuse_check_opt_ptr(sum_out, "sum_out", what));
+    STOF_TRY(fuse_check_eps(eps, what));
+    size_t bytes = (size_t)rows * cols * 2;
+    const void *outs[2] = {y, sum_out};
+    for (int i = 0; i < 2 && outs[i]; i++) {
+        STOF_TRY(fuse_check_in_place(x, outs[i], bytes, "x", what));
+        if (residual) STOF_TRY(fuse_check_in_place(residual, outs[i], bytes, "residual", what));
+    }
+    STOF_REQUIRE(!sum_out || !fuse_overlap(y, bytes, sum_out, bytes), STOF_ERR_INVALID_ARG,
+                 "%s: y and sum_out overlap", what);
+    return fuse_launch_norm(ctx, dtype, kind, rows, cols, x, residual, gamma, beta, eps, y,
+                            sum_out);
+}
+
+stof_status fuse_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens, int heads,
+                      int head_dim, int64_t row_stride, const int32_t *positions,
+                      const float *inv_freq, int rot_dim)
+{
+    const char *what = "fuse_rope";
+    STOF_TRY(fuse_check_ctx(ctx, what));
+    STOF_TRY(fuse_check_dtype(dtype, what));
+    STOF_REQUIRE(tokens >= 0, STOF_ERR_SHAPE, "%s: tokens %lld is negative", what,
+                 (long long)tokens);
+    STOF_REQUIRE(heads >= 1 && head_dim >= 2, STOF_ERR_SHAPE,
+                 "%s: %d heads of %d dims: need at least one head of two dims", what, heads,
+                 head_dim);
+    STOF_REQUIRE(rot_dim >= 2 && rot_dim % 2 == 0 && rot_dim <= head_dim, STOF_ERR_SHAPE,
+                 "%s: rot_dim %d must be even, in [2, head_dim = %d]", what, rot_dim, head_dim);
+    STOF_REQUIRE(row_stride >= (int64_t)heads * head_dim, STOF_ERR_SHAPE,
+                 "%s: row_stride %lld is shorter than %d heads of %d", what,
+                 (long long)row_stride, heads, head_dim);
+    STOF_REQUIRE(x, STOF_ERR_INVALID_ARG, "%s: x is NULL", what);
+    STOF_TRY(fuse_check_index_ptr(positions, "positions", what));
+    STOF_TRY(fuse_check_index_ptr(inv_freq, "inv_freq", what));
+    if (tokens == 0) return STOF_OK;
+    return fuse_launch_rope(ctx, dtype, x, tokens, heads, head_dim, row_stride, positions,
+                            inv_freq, rot_dim);
+}
+
+stof_status fuse_glu(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int inter, const void *x,
+                     stof_act act, void *y)
+{
+    const char *what = "fuse_glu";
+    STOF_TRY(fuse_check_ctx(ctx, what));
+    STOF_TRY(fuse_check_dtype(dtype, what));
+    STOF_TRY(fuse_check_rows(rows, "rows", what));
+    STOF_TRY(fuse_check_width(inter, INT32_MAX / 2, "inter", what));
+    STOF_TRY(fuse_check_ptr(x, "x", what));
+    STOF_TRY(fuse_check_ptr(y, "y", what));
+    STOF_TRY(fuse_check_act(act, what));
+    STOF_REQUIRE(!fuse_overlap(x, (size_t)rows * inter * 4, y, (size_t)rows * inter * 2),
+                 STOF_ERR_INVALID_ARG, "%s: y overlaps x", what);
+    return fuse_launch_glu(ctx, dtype, rows, inter, x, act, y);
+}
+
+stof_status fuse_embed_sum(stof_ctx *ctx, stof_dtype dtype, const void *word, int vocab,
+                           const void *position, int max_pos, int hidden, const int32_t *ids,
+                           const int32_t *positions, int64_t tokens, void *out)
+{
+    const char *what = "fuse_embed_sum";
+    STOF_TRY(fuse_check_ctx(ctx, what));
+    STOF_TRY(fuse_check_dtype(dtype, what));
+    STOF_TRY(fuse_check_width(hidden, INT32_MAX, "hidden", what));
+    STOF_REQUIRE(vocab >= 1 && (!position || max_pos >= 1), STOF_ERR_SHAPE,
+                 "%s: table sizes vocab %d, max_pos %d must be positive", what, vocab, max_pos);
+    STOF_TRY(fuse_check_ptr(word, "word table", what));
+    STOF_TRY(fuse_check_opt_ptr(position, "position table", what));
+    STOF_TRY(fuse_check_rows(tokens, "tokens", what));
+    STOF_TRY(fuse_check_index_ptr(ids, "ids", what));
+    if (position) STOF_TRY(fuse_check_index_ptr(positions, "positions", what));
+    STOF_TRY(fuse_check_ptr(out, "out", what));
+    return fuse_launch_embed_sum(ctx, dtype, word, vocab, position, max_pos, hidden, ids,
+                                 positions, tokens, out);
+}
+
+stof_status fuse_gather_last(stof_ctx *ctx, stof_dtype in_dtype, const void *packed,
+                             const int32_t *cu_seqlens, int batch, int width, int64_t packed_cap,
+                             stof_dtype out_dtype, void *out)
+{
+    const char *what = "fuse_gather_last";
+    STOF_TRY(fuse_check_ctx(ctx, what));
+    STOF_TRY(fuse_check_dtype(in_dtype, what));
+    STOF_REQUIRE(out_dtype == STOF_F32 || out_dtype == in_dtype, STOF_ERR_INVALID_ARG,
+                 "%s: out dtype %s is neither f32 nor the input's %s", what,
+                 stof_dtype_name(out_dtype), stof_dtype_name(in_dtype));
+    STOF_REQUIRE(batch >= 1 && batch <= INT32_MAX / 2, STOF_ERR_SHAPE, "%s: batch %d", what,
+                 batch);
+    STOF_TRY(fuse_check_width(width, INT32_MAX, "width", what));
+    STOF_REQUIRE(packed_cap >= 0, STOF_ERR_SHAPE, "%s: packed_cap %lld is negative", what,
+                 (long long)packed_cap);
+    STOF_TRY(fuse_check_ptr(packed, "packed", what));
+    STOF_TRY(fuse_check_index_ptr(cu_seqlens, "cu_seqlens", what));
+    STOF_TRY(fuse_check_ptr(out, "out", what));
+    return fuse_launch_gather_last(ctx, in_dtype, packed, cu_seqlens, batch, width, packed_cap,
+                                   out_dtype, out);
+}

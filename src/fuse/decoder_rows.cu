@@ -1,0 +1,216 @@
+/*
+ * decoder_rows.cu — the memory-bound ops the decoder families and ModernBERT
+ * add to BERT's: rotary embeddings applied in place to the q and k heads of
+ * the packed QKV rows, the gated linear unit act(a) * b of SwiGLU / GeGLU,
+ * embeddings without a norm (token, or token + learned position), and the
+ * gather of each sequence's last packed row (last-token pooling, the LM
+ * head's input).
+ *
+ * RoPE forms the angle position * inv_freq in fp32 as HF does (an angle of a
+ * few thousand radians keeps its fp32 rounding) and takes a full-precision
+ * sincosf of it; the rotation is fp32, rounded once. Device-side indices
+ * (token ids, positions, cu_seqlens) are checked, never trusted.
+ */
+#include "fuse/internal.h"
+#include "fuse/mma.cuh"
+#include "fuse/rows.cuh"
+
+/* ---------------------------------------------------------------- RoPE */
+
+/* One thread per rotated pair (t, h, i): x[t, h, i] and x[t, h, i + half]. */
+template <typename T>
+__global__ void rope_kernel(T *x, int64_t tokens, int heads, int head_dim, int64_t row_stride,
+                            const int32_t *__restrict__ positions,
+                            const float *__restrict__ inv_freq, int half)
+{
+    const int64_t n = tokens * heads * half;
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
+         k += (int64_t)gridDim.x * blockDim.x) {
+        const int i = (int)(k % half);
+        const int64_t th = k / half;
+        const int h = (int)(th % heads);
+        const int64_t t = th / heads;
+        T *p = x + t * row_stride + (int64_t)h * head_dim;
+        float s, c;
+        sincosf((float)positions[t] * inv_freq[i], &s, &c);
+        const float a = (float)p[i], b = (float)p[i + half];
+        p[i] = (T)(a * c - b * s);
+        p[i + half] = (T)(b * c + a * s);
+    }
+}
+
+template <typename T>
+static stof_status launch_rope_t(stof_ctx *ctx, void *x, int64_t tokens, int heads, int head_dim,
+                                 int64_t row_stride, const int32_t *positions,
+                                 const float *inv_freq, int rot_dim)
+{
+    int half = rot_dim / 2;
+    int64_t n = tokens * heads * half;
+    int64_t blocks = stof_cdiv(n, 256), cap = (int64_t)ctx->sm_count * 8;
+    if (blocks > cap) blocks = cap;
+    rope_kernel<T><<<(unsigned)blocks, 256, 0, (cudaStream_t)ctx->stream>>>(
+        (T *)x, tokens, heads, head_dim, row_stride, positions, inv_freq, half);
+    return STOF_CUDA(cudaGetLastError());
+}
+
+extern "C" stof_status fuse_launch_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens,
+                                        int heads, int head_dim, int64_t row_stride,
+                                        const int32_t *positions, const float *inv_freq,
+                                        int rot_dim)
+{
+    if (dtype == STOF_BF16)
+        return launch_rope_t<__nv_bfloat16>(ctx, x, tokens, heads, head_dim, row_stride, positions,
+                                            inv_freq, rot_dim);
+    return launch_rope_t<__half>(ctx, x, tokens, heads, head_dim, row_stride, positions, inv_freq,
+                                 rot_dim);
+}
+
+/* ---------------------------------------------------------------- GLU */
+
+/* y[r, 8v..] = act(x[r, 8v..]) * x[r, inter + 8v..], 8-element vectors. */
+template <typename T>
+__global__ void glu_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int inter,
+                           int act)
+{
+    const int rv = inter / 8;
+    const int64_t n = rows * rv;
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
+         k += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = k / rv;
+        const int c = (int)(k % rv) * 8;
+        float a[8], b[8];
+        load8(a, x + r * 2 * inter + c);
+        load8(b, x + r * 2 * inter + inter + c);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            a[j] = act_apply(a[j], act) * b[j];
+        store8(y + r * inter + c, a);
+    }
+}
+
+extern "C" stof_status fuse_launch_glu(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int inter,
+                                       const void *x, stof_act act, void *y)
+{
+    int64_t blocks = stof_cdiv(rows * (inter / 8), 256), cap = (int64_t)ctx->sm_count * 8;
+    if (blocks > cap) blocks = cap;
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    if (dtype == STOF_BF16)
+        glu_kernel<__nv_bfloat16><<<(unsigned)blocks, 256, 0, s>>>(
+            (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y, rows, inter, (int)act);
+    else
+        glu_kernel<__half><<<(unsigned)blocks, 256, 0, s>>>((const __half *)x, (__half *)y, rows,
+                                                            inter, (int)act);
+    return STOF_CUDA(cudaGetLastError());
+}
+
+/* ---------------------------------------------------------------- embeddings without a norm */
+
+/* A warp per token: out[t] = word[ids[t]] (+ position[positions[t]]); an
+ * index outside its table gives a row of NaN instead of a read outside it. */
+template <typename T>
+__global__ void embed_sum_kernel(const T *__restrict__ word, int vocab,
+                                 const T *__restrict__ position, int max_pos, int hidden,
+                                 const int32_t *__restrict__ ids,
+                                 const int32_t *__restrict__ positions, int64_t tokens, T *out)
+{
+    const int64_t t = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (t >= tokens) return;
+    const int id = ids[t], pos = position ? positions[t] : 0;
+    const bool bad = id < 0 || id >= vocab || (position && (pos < 0 || pos >= max_pos));
+    T *o = out + t * hidden;
+    for (int c = lane * 8; c < hidden; c += 32 * 8) {
+        float v[8];
+        if (bad) {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                v[j] = __int_as_float(0x7fc00000);
+        } else {
+            load8(v, word + (int64_t)id * hidden + c);
+            if (position) {
+                float p[8];
+                load8(p, position + (int64_t)pos * hidden + c);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    v[j] += p[j];
+            }
+        }
+        store8(o + c, v);
+    }
+}
+
+extern "C" stof_status fuse_launch_embed_sum(stof_ctx *ctx, stof_dtype dtype, const void *word,
+                                             int vocab, const void *position, int max_pos,
+                                             int hidden, const int32_t *ids,
+                                             const int32_t *positions, int64_t tokens, void *out)
+{
+    unsigned blocks = (unsigned)stof_cdiv(tokens, 4);
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    if (dtype == STOF_BF16)
+        embed_sum_kernel<__nv_bfloat16><<<blocks, 128, 0, s>>>(
+            (const __nv_bfloat16 *)word, vocab, (const __nv_bfloat16 *)position, max_pos, hidden,
+            ids, positions, tokens, (__nv_bfloat16 *)out);
+    else
+        embed_sum_kernel<__half><<<blocks, 128, 0, s>>>((const __half *)word, vocab,
+                                                        (const __half *)position, max_pos, hidden,
+                                                        ids, positions, tokens, (__half *)out);
+    return STOF_CUDA(cudaGetLastError());
+}
+
+/* ---------------------------------------------------------------- last token */
+
+/* A CTA per sequence: out[b] = packed row cu[b + 1] - 1 (zeros when empty). */
+template <typename T, typename O>
+__global__ void gather_last_kernel(const T *__restrict__ packed, const int32_t *__restrict__ cu,
+                                   int width, int64_t cap, O *__restrict__ out)
+{
+    const int b = blockIdx.x;
+    int64_t start;
+    const int n = seq_extent(cu, b, INT32_MAX, &start);
+    const int64_t row = start + n - 1;
+    const bool real = n > 0 && row < cap;
+    for (int c = threadIdx.x * 8; c < width; c += blockDim.x * 8) {
+        float v[8];
+        if (real) {
+            load8(v, packed + row * width + c);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                v[j] = 0.f;
+        }
+        O *o = out + (int64_t)b * width + c;
+        if constexpr (sizeof(O) == 4) {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                o[j] = v[j];
+        } else {
+            store8(o, v);
+        }
+    }
+}
+
+template <typename T>
+static stof_status launch_gather_last_t(stof_ctx *ctx, const void *packed, const int32_t *cu,
+                                        int batch, int width, int64_t cap, bool f32, void *out)
+{
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    if (f32)
+        gather_last_kernel<T, float>
+            <<<batch, 128, 0, s>>>((const T *)packed, cu, width, cap, (float *)out);
+    else
+        gather_last_kernel<T, T><<<batch, 128, 0, s>>>((const T *)packed, cu, width, cap, (T *)out);
+    return STOF_CUDA(cudaGetLastError());
+}
+
+extern "C" stof_status fuse_launch_gather_last(stof_ctx *ctx, stof_dtype in_dtype,
+                                               const void *packed, const int32_t *cu_seqlens,
+                                               int batch, int width, int64_t packed_cap,
+                                               stof_dtype out_dtype, void *out)
+{
+    bool f32 = out_dtype == STOF_F32;
+    if (in_dtype == STOF_BF16)
+        return launch_gather_last_t<__nv_bfloat16>(ctx, packed, cu_seqlens, batch, width,
+                                                   packed_cap, f32, out);
+    return launch_gather_last_t<__half>(ctx, packed, cu_seqlens, batch, width, packed_cap, f32,
+                                        out);
+}
