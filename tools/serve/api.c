@@ -390,12 +390,13 @@ static void api_post(serve_app *app, const char *url, const char *body, size_t l
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (root && end)
-        while (end < body + len && strchr(" \t\r\n", *end))
+        while (end < body + len && *end && strchr(" \t\r\n", *end))
             end++;
     if (!root || end != body + len) {
-        size_t at = root ? (size_t)(end - body) : (size_t)(cJSON_GetErrorPtr() - body);
+        /* cJSON's error pointer is global; its parse end is this call's own */
+        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : len;
         serve_api_error(r, 400, "invalid_json", "the body is not valid JSON (at byte %zu of %zu)",
-                        at <= len ? at : len, len);
+                        at, len);
     } else if (!cJSON_IsObject(root))
         serve_api_error(r, 400, "invalid_type", "the body must be a JSON object");
     else if (!strcmp(url, "/v1/embeddings"))
