@@ -1,8 +1,8 @@
 /*
  * batcher.c — token-budget dynamic batching, as text-embeddings-inference does
  * it: concurrent requests queue as jobs; one worker thread takes their
- * sequences first come first served into a batch whose padded ids (sequences x
- * the longest) stay within max_batch_tokens, sorts the batch by length, runs
+ * sequences, one of each job in turn, into a batch whose padded ids (sequences
+ * x the longest) stay within max_batch_tokens, sorts the batch by length, runs
  * one forward and scatters the pooled rows back to each job in its own order.
  * A request larger than the budget spans several batches; a batch holds
  * sequences of many requests.
@@ -66,25 +66,35 @@ static int batcher_longer_first(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* Takes sequences, oldest job first, while the padded batch fits the budget.
- * Called under the lock; returns how many (at least one when any wait). */
+/* Takes one sequence of each waiting job in turn, oldest job first, while the
+ * padded batch fits the budget: a short request finishes in the next batch
+ * however large the requests queued before it. Called under the lock; returns
+ * how many were taken (at least one when any wait). */
 static int batcher_take(serve_batcher *b)
 {
     int n = 0, longest = 0;
-    while (b->head) {
-        serve_job *j = b->head;
-        int len = j->offset[j->next_seq + 1] - j->offset[j->next_seq];
-        int wider = len > longest ? len : longest;
-        if (n && (int64_t)(n + 1) * wider > b->cfg->max_batch_tokens) break;
-        if (!batcher_reserve((void **)&b->seqs, &b->cap_seqs, (size_t)n + 1, sizeof *b->seqs))
-            break;
-        b->seqs[n++] = (batch_seq){.job = j, .index = j->next_seq, .len = len};
-        longest = wider;
-        b->waiting_seqs--;
-        b->waiting_tokens -= len;
-        if (++j->next_seq == j->n) {
-            b->head = j->next;
-            if (!b->head) b->tail = NULL;
+    bool full = false;
+    while (b->head && !full) {
+        serve_job **link = &b->head, *prev = NULL;
+        while (*link) {
+            serve_job *j = *link;
+            int len = j->offset[j->next_seq + 1] - j->offset[j->next_seq];
+            int wider = len > longest ? len : longest;
+            full =
+                (n && (int64_t)(n + 1) * wider > b->cfg->max_batch_tokens) ||
+                !batcher_reserve((void **)&b->seqs, &b->cap_seqs, (size_t)n + 1, sizeof *b->seqs);
+            if (full) break;
+            b->seqs[n++] = (batch_seq){.job = j, .index = j->next_seq, .len = len};
+            longest = wider;
+            b->waiting_seqs--;
+            b->waiting_tokens -= len;
+            if (++j->next_seq < j->n) {
+                prev = j;
+                link = &j->next;
+                continue;
+            }
+            *link = j->next; /* every sequence taken: off the queue */
+            if (b->tail == j) b->tail = prev;
         }
     }
     return n;
