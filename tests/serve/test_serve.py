@@ -11,6 +11,7 @@ import base64
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -396,3 +397,24 @@ def test_sigterm_drains(tiny_dir):
     finally:
         if s.proc.poll() is None:
             s.proc.kill()
+
+
+@needs_minilm
+def test_readme_snippet(minilm):
+    """The curl lines of README.md's Serving section, against this test's server."""
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("curl is not installed")
+    with open(os.path.join(REPO, "README.md")) as f:
+        readme = f.read()
+    section = readme.split("## Serving", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    assert "build/stof serve --model models/all-MiniLM-L6-v2 --port 8080 &" in section
+    commands = section.replace("\\\n", " ").splitlines()
+    curls = [c for c in commands if c.startswith("curl ")]
+    assert len(curls) == 2
+    replies = [json.loads(subprocess.run(c.replace(":8080/", f":{minilm.port}/"), shell=True,
+                                         check=True, capture_output=True, timeout=120).stdout)
+               for c in curls]
+    want = stof_embed(MINILM, ["A man is playing a guitar.", "Someone plays music."])
+    assert_close([d["embedding"] for d in replies[0]["data"]], want)
+    assert_close(replies[1], want[:1])
