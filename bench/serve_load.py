@@ -205,7 +205,11 @@ def run_model(args, model):
     pool = sentences(args.pool, args.seed)
     emb, offline_before = offline(args.stof, model, args.device, pool, args.offline_batch)
     tol = 1e-4 if args.device == "cpu" else 5e-3
-    server = Server(args.stof, model, ["--max-queue", str(4 * args.clients)], args.device)
+    server_args = ["--max-queue", str(4 * args.clients)]
+    for opt in ("max_batch_tokens", "max_wait_ms"):
+        if getattr(args, opt) is not None:
+            server_args += ["--" + opt.replace("_", "-"), str(getattr(args, opt))]
+    server = Server(args.stof, model, server_args, args.device)
     try:
         stats = {"latency": [], "single": [], "sentences": 0, "failed": 0}
         lock = threading.Lock()
@@ -274,6 +278,8 @@ def main():
     p.add_argument("--pool", type=int, default=4096, help="distinct sentences")
     p.add_argument("--offline-batch", type=int, default=128)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max-batch-tokens", type=int, help="passed to stof serve (default: its own)")
+    p.add_argument("--max-wait-ms", type=int, help="passed to stof serve (default: its own)")
     p.add_argument("--out", help="JSON results file")
     args = p.parse_args()
     if not 1 <= args.clients <= 1024 or not 0 < args.duration_s <= 3600:
@@ -294,7 +300,10 @@ def main():
         "failed": sum(r["failed"] for r in v),
         "rss_growth_mb": max(r["rss_growth_mb"] for r in v),
     }
-    result = {"summary": summary, "models": models, "device": args.device,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    result = {"summary": summary, "date": time.strftime("%Y-%m-%d", time.gmtime()),
+              "commit": commit, "models": models, "device": args.device,
               "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
     print(json.dumps(result, indent=1))
     if args.out:

@@ -82,8 +82,8 @@ static bool api_add_ids(const serve_model *m, const cJSON *list, int i, bool tru
     }
     if (len > m->max_len) len = m->max_len;
     int32_t *dst = w->job.ids + w->job.offset[i];
-    for (int t = 0; t < len; t++) {
-        const cJSON *x = cJSON_GetArrayItem(list, t);
+    const cJSON *x = list->child;
+    for (int t = 0; t < len; t++, x = x->next) {
         if (!api_is_int(x) || x->valuedouble < 0 || x->valuedouble >= m->info.vocab) {
             serve_api_error(r, 400, "invalid_token",
                             "input %d, token %d: not an integer id in [0, %d)", i, t,
