@@ -360,6 +360,14 @@ static void api_tei(serve_app *app, const cJSON *root, serve_reply *r)
     if (!api_bool(root, "normalize", &w.normalize, r) || !api_bool(root, "truncate", &truncate, r))
         return;
     w.job.raw = !w.normalize;
+    if (w.job.raw && m->info.normalize && stof_ctx_device(m->ctx) == STOF_DEVICE_GPU) {
+        /* the pooling before the model's Normalize needs the hidden states on the host */
+        serve_api_error(r, 400, "unsupported",
+                        "\"normalize\": false on model %s, which normalises, is served on the "
+                        "CPU only",
+                        m->name);
+        return;
+    }
     if (api_parse_input(m, cJSON_GetObjectItemCaseSensitive(root, "inputs"), "inputs", truncate,
                         false, &w, r) &&
         api_embed(app, &w, r))

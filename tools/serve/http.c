@@ -197,9 +197,9 @@ int serve_http_run(serve_app *app)
     struct MHD_Daemon *d = http_start(&s, app->cfg);
     if (!d) return 1;
     const union MHD_DaemonInfo *port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "stof serve: listening on http://%s:%u (model %s, %d dimensions)\n",
+    fprintf(stderr, "stof serve: listening on http://%s:%u (model %s, %d dimensions, %s)\n",
             app->cfg->host, port ? port->port : (unsigned)app->cfg->port, app->model->name,
-            app->model->info.hidden);
+            app->model->info.hidden, stof_ctx_device_name(app->model->ctx));
     fflush(stderr);
     sigset_t stop;
     sigemptyset(&stop);
