@@ -133,8 +133,9 @@ int cmd_serve(cli_args *a)
         return 2;
     }
     cfg.truncate = !no_truncate;
-    /* Blocked before any thread starts, so every thread inherits the mask and
-     * only serve_http_run's sigwait takes them. */
+    /* Kept off the threads started from here on (the batcher's, the HTTP
+     * daemon's), so that their system calls are not interrupted; the main
+     * thread takes them in serve_http_run. */
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);

@@ -418,3 +418,23 @@ def test_readme_snippet(minilm):
     want = stof_embed(MINILM, ["A man is playing a guitar.", "Someone plays music."])
     assert_close([d["embedding"] for d in replies[0]["data"]], want)
     assert_close(replies[1], want[:1])
+
+
+def test_sigterm_on_any_thread(tiny_dir):
+    """SIGTERM taken by a thread started before main (OpenBLAS's pool does not block it)
+    still stops the server gracefully rather than by the signal's default action."""
+    s = Server(STOF, tiny_dir)
+    try:
+        pid = s.proc.pid
+        target = pid
+        for tid in sorted(int(t) for t in os.listdir(f"/proc/{pid}/task")):
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                blocked = int(next(x for x in f if x.startswith("SigBlk:")).split()[1], 16)
+            if tid != pid and not blocked & (1 << (15 - 1)):
+                target = tid
+        os.kill(target, 15)
+        assert s.proc.wait(timeout=60) == 0
+        assert any("stopped" in x for x in s.lines)
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()

@@ -5,9 +5,11 @@
  * before reading it when Content-Length says so), every request handed to
  * api.c and counted into the metrics.
  *
- * Shutdown: SIGTERM or SIGINT (blocked in every thread, taken here by
- * sigwait, so no handler runs in a signal context) closes the listening socket,
- * waits for the requests in flight to be answered, then stops the daemon.
+ * Shutdown: SIGTERM or SIGINT closes the listening socket, waits for the
+ * requests in flight to be answered, then stops the daemon. The signal's
+ * handler only posts a semaphore; it must be a handler, not sigwait alone,
+ * since threads started before main (OpenBLAS's pool) do not block the signal
+ * and its default action there would end the process at once.
  */
 #include "serve.h"
 
@@ -16,6 +18,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +36,28 @@ typedef struct http_server {
     pthread_cond_t idle_cv;
     int in_flight;
 } http_server;
+
+static sem_t http_stop;
+static volatile sig_atomic_t http_signal;
+
+static void http_on_signal(int sig)
+{
+    http_signal = sig;
+    sem_post(&http_stop); /* async-signal-safe */
+}
+
+/* Until SIGTERM or SIGINT; returns which. */
+static int http_wait_for_signal(void)
+{
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_UNBLOCK, &stop, NULL); /* the caller blocked them for its threads */
+    while (sem_wait(&http_stop) != 0)          /* EINTR: the handler ran on this thread */
+        ;
+    return http_signal;
+}
 
 /* One request's state, from its headers to its reply. */
 typedef struct http_request {
@@ -192,6 +217,11 @@ static struct MHD_Daemon *http_start(http_server *s, const serve_config *cfg)
 int serve_http_run(serve_app *app)
 {
     http_server s = {.app = app};
+    struct sigaction on_stop = {.sa_handler = http_on_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&on_stop.sa_mask);
+    sem_init(&http_stop, 0, 0);
+    sigaction(SIGTERM, &on_stop, NULL);
+    sigaction(SIGINT, &on_stop, NULL);
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.idle_cv, NULL);
     struct MHD_Daemon *d = http_start(&s, app->cfg);
@@ -201,12 +231,7 @@ int serve_http_run(serve_app *app)
             app->cfg->host, port ? port->port : (unsigned)app->cfg->port, app->model->name,
             app->model->info.hidden, stof_ctx_device_name(app->model->ctx));
     fflush(stderr);
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGTERM);
-    sigaddset(&stop, SIGINT);
-    int sig = 0;
-    sigwait(&stop, &sig);
+    int sig = http_wait_for_signal();
     MHD_socket listener = MHD_quiesce_daemon(d);
     if (listener != MHD_INVALID_SOCKET) close(listener);
     fprintf(stderr, "stof serve: %s: no new connections; answering the requests in flight\n",

@@ -128,7 +128,7 @@ void serve_api_error(serve_reply *r, int status, const char *code, const char *f
 /* The Prometheus text of /metrics (malloc'ed; NULL when out of memory). */
 char *serve_metrics_text(serve_app *app, size_t *len);
 
-/* Serves until SIGTERM or SIGINT (blocked in every thread by the caller), then
+/* Serves until SIGTERM or SIGINT (blocked by the caller before it started its threads), then
  * stops taking connections, waits for the requests in flight and returns. */
 int serve_http_run(serve_app *app);
 
