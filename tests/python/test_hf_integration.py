@@ -1,6 +1,6 @@
 """test_hf_integration.py — attn_implementation="stof" (python/stof/integrations/
-transformers.py) on the CPU: tiny random BERT, GPT-2, LLaMA (GQA), Mistral (sliding window)
-and Qwen2 models against the same weights under SDPA on right-padded batches, checking that
+transformers.py) on the CPU: tiny random BERT, GPT-2, LLaMA (GQA), Mistral (sliding window),
+Qwen2 and ModernBERT (local and global layers) models against the same weights under SDPA on right-padded batches, checking that
 every attention call went through stof; a stof mask spec of one's own against SDPA given the
 same mask densely; and the fallback path (left padding, a user's 4D mask, a KV cache) equal
 to SDPA with a single warning per reason. Skips without torch or transformers."""
@@ -31,6 +31,13 @@ FAMILIES = {
                                                    sliding_window=7)),
     "qwen2": lambda: (transformers.Qwen2Model,
                       transformers.Qwen2Config(**SMALL, num_key_value_heads=1)),
+    # two local layers (a bidirectional window of 4 each side), then a global one
+    "modernbert": lambda: (transformers.ModernBertModel,
+                           transformers.ModernBertConfig(**{**SMALL, "num_hidden_layers": 3},
+                                                         global_attn_every_n_layers=3,
+                                                         local_attention=8, pad_token_id=0,
+                                                         bos_token_id=1, eos_token_id=2,
+                                                         cls_token_id=1, sep_token_id=2)),
 }
 
 
@@ -90,11 +97,12 @@ def test_family_matches_sdpa(family, seed, calls):
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="stof attention falls back")
         got = run(ours, ids, am)
-    assert calls[0] == 2, "every layer's attention should run on stof"
+    layers = ours.config.num_hidden_layers
+    assert calls[0] == layers, "every layer's attention should run on stof"
     assert_real_close(got, run(sdpa, ids, am), am)
     calls[0] = 0
     assert_real_close(run(ours, ids, None), run(sdpa, ids, None), torch.ones_like(am))
-    assert calls[0] == 2
+    assert calls[0] == layers
 
 
 def test_pattern_specs():
