@@ -178,6 +178,9 @@ static bool api_parse_input(const serve_model *m, const cJSON *in, const char *f
             return false;
         }
     }
+    /* a queued request holds its real tokens only, not n x the model's length */
+    int32_t *fit = realloc(w->job.ids, ((size_t)w->job.offset[n] + 1) * sizeof *fit);
+    if (fit) w->job.ids = fit;
     return true;
 }
 
