@@ -39,15 +39,11 @@ def gpu_count():
     return int(_fn("stof_gpu_count")())
 
 
-# torch.compile: stof::attention, a torch.library op (integrations/torch_op.py). Registered
-# here when torch is already loaded, else on first use of stof.attention_op, so that
+# torch.compile: stof::attention, a torch.library op (integrations/torch_op.py), registered on
+# first use of stof.attention_op (or on importing stof.integrations.torch_op), so that
 # `import stof` never imports torch itself.
 def __getattr__(name):
     if name == "attention_op":
         from .integrations.torch_op import attention_op
         return attention_op
     raise AttributeError(f"module 'stof' has no attribute {name!r}")
-
-
-if "torch" in __import__("sys").modules:
-    from .integrations.torch_op import attention_op  # noqa: E402,F401
