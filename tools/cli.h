@@ -99,5 +99,6 @@ int cmd_run(cli_args *a);
 int cmd_embed(cli_args *a);
 int cmd_tune(cli_args *a);
 int cmd_score(cli_args *a);
+int cmd_serve(cli_args *a);
 
 #endif

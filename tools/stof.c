@@ -20,6 +20,8 @@ static void usage(FILE *f)
             "  tune     search the fastest execution plan for a model and shape, store it in the\n"
             "           tuning cache (GPU)\n"
             "  score    log-likelihood and perplexity of token id sequences under a decoder\n"
+            "  serve    an HTTP embeddings server (OpenAI /v1/embeddings, /embed) batching\n"
+            "           concurrent requests\n"
             "  version  print the library version\n"
             "\n"
             "Run 'stof COMMAND --help' for a command's options.\n"
@@ -46,6 +48,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "embed") == 0) return cmd_embed(&a);
     if (strcmp(argv[1], "tune") == 0) return cmd_tune(&a);
     if (strcmp(argv[1], "score") == 0) return cmd_score(&a);
+    if (strcmp(argv[1], "serve") == 0) return cmd_serve(&a);
     fprintf(stderr, "stof: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -39,3 +39,13 @@ def version():
 def gpu_count():
     """Number of CUDA devices stof can use (0 without a driver or device)."""
     return int(_fn("stof_gpu_count")())
+
+
+# torch.compile: stof::attention, a torch.library op (integrations/torch_op.py), registered on
+# first use of stof.attention_op (or on importing stof.integrations.torch_op), so that
+# `import stof` never imports torch itself.
+def __getattr__(name):
+    if name == "attention_op":
+        from .integrations.torch_op import attention_op
+        return attention_op
+    raise AttributeError(f"module 'stof' has no attribute {name!r}")
