@@ -225,7 +225,7 @@ static tile_row_fn best_tile_row(void)
 bool attn_cpu_fast_supports(const attn_shape *s, const stof_tensor *q, const stof_tensor *k,
                             const stof_tensor *v, const stof_tensor *out)
 {
-    if (cpu_use_reference()) return false;
+    if (cpu_use_reference() || s->mods) return false; /* biases and soft caps: the reference */
     const stof_tensor *all[4] = {q, k, v, out};
     for (int i = 0; i < 4; i++) {
         const stof_tensor *x = all[i];
