@@ -199,11 +199,20 @@ static void test_forced_and_extremes(void)
               "head dim %d: kernel %d, %d warps", general_dims[k], (int)ch.kernel, ch.warps);
         CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_ROWWISE, &ch), STOF_ERR_UNSUPPORTED);
     }
+    /* A bias or cap: the sm_90 kernel's one-warpgroup variant where it runs,
+     * else block-wise; head dim 80 with one never reaches the sm_90 kernel. */
     p = problem(1, 32, 8192, 128, 128, 64, 64.0);
     p.mods = 1;
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
-    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && ch.warps == 4 && ch.block_m == 64,
-          "a bias: kernel %d, %d warps", (int)ch.kernel, ch.warps);
+    stof_attn_kernel want =
+        attn_sm90_usable(&d, 128, 128, 64) ? STOF_ATTN_BLOCKWISE_SM90 : STOF_ATTN_BLOCKWISE;
+    CHECK(ch.kernel == want && ch.warps == 4 && ch.block_m == 64, "a bias: kernel %d, %d warps",
+          (int)ch.kernel, ch.warps);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && ch.warps == 4, "a bias, block-wise forced");
+    CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_ROWWISE, &ch), STOF_ERR_UNSUPPORTED);
+    p = problem(1, 32, 8192, 80, 128, 64, 64.0);
+    p.mods = 1;
     CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90, &ch), STOF_ERR_UNSUPPORTED);
     CHECK(strstr(stof_last_error(), "bias") != NULL, "message: %s", stof_last_error());
     p = problem(1, 32, 8192, 128, 32, 32, 64.0);

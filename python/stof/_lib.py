@@ -104,6 +104,7 @@ _SIGNATURES = {
     "stof_mask_spec_parse": (c_int, [c_char_p, _P(_vp)]),
     "stof_mask_spec_format": (c_int, [_vp, _vp, c_size_t, _P(c_size_t)]),
     "stof_mask_spec_add_full": (c_int, [_vp]),
+    "stof_mask_spec_set_align": (c_int, [_vp, c_int]),
     "stof_mask_spec_add_causal": (c_int, [_vp]),
     "stof_mask_spec_add_window": (c_int, [_vp, c_int, c_int]),
     "stof_mask_spec_add_dilated": (c_int, [_vp, c_int, c_int]),

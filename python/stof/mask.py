@@ -80,6 +80,11 @@ class Mask:
     def full(self):
         return self._add("stof_mask_spec_add_full")
 
+    def top_left(self, on=True):
+        """Causal, window and dilated parts at query row i itself when Lq != Lk
+        (the default is bottom-right: i + Lk - Lq, as FlashAttention aligns)."""
+        return self._add("stof_mask_spec_set_align", 1 if on else 0)
+
     def causal(self):
         return self._add("stof_mask_spec_add_causal")
 

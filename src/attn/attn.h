@@ -63,7 +63,7 @@ typedef struct attn_launch {
     int heavy_first;  /* block-wise grids: the launch order of mma.cuh's attn_block_order */
     int kv_group;     /* query heads per kv head (real heads; 1: MHA) */
     float scale;      /* the softmax scale (score modifiers work in natural units) */
-    attn_mods mods;   /* read only by the block-wise kernel's modifier variants */
+    attn_mods mods;   /* read only by the modifier variants (block-wise and sm_90 kernels) */
 } attn_launch;
 
 /* What validation learned about one call (attention.c). Lq and Lk are the
@@ -73,7 +73,7 @@ typedef struct attn_shape {
     stof_dtype dtype;
     int64_t B, H, Lq, Lk, D;
     int64_t Hkv;                    /* kv heads (k's shape), dividing H */
-    bool mods;                      /* a bias or a soft cap: only the block-wise kernel serves */
+    bool mods;                      /* a bias or a soft cap: modifier variants serve it */
     const stof_attn_params *params; /* the call's (validated) */
     int64_t Tq, Tk;
     float scale; /* resolved: never 0 */

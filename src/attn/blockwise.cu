@@ -275,7 +275,8 @@ __global__ void __launch_bounds__(WARPS * 32, BW_MIN_CTAS(D, WARPS, MW))
     }
     attn_mod_ctx mc;
     if constexpr (MODS)
-        mc = attn_mod_setup(&a, &s, b, h, (float *)(sv + 2 * BW_BLOCK_N * PITCH), THREADS);
+        mc = attn_mod_setup(&a, &s, b, h, (float *)(sv + 2 * BW_BLOCK_N * PITCH), THREADS,
+                            ATTN_LOG2E);
     int col = t->col[e0], bits = t->bits[e0];
     const uint32_t sk_addr = smem_addr(sk), sv_addr = smem_addr(sv);
     const uint32_t stage_bytes = BW_BLOCK_N * PITCH * 2;
@@ -350,9 +351,8 @@ __global__ void __launch_bounds__(WARPS * 32, BW_MIN_CTAS(D, WARPS, MW))
 #pragma unroll
         for (int mi = 0; mi < MW; mi++) {
             if constexpr (MODS) {
-                attn_apply_mods<BW_BLOCK_N / 8>(sc[mi], mc, a.scale,
-                                                row0 + warp * WM + mi * 16 + (lane >> 2),
-                                                key0 + 2 * (lane & 3));
+                attn_apply_mods<BW_BLOCK_N / 8>(
+                    sc[mi], mc, row0 + warp * WM + mi * 16 + (lane >> 2), key0 + 2 * (lane & 3));
             } else {
 #pragma unroll
                 for (int j = 0; j < BW_BLOCK_N / 8; j++)

@@ -28,10 +28,12 @@
  * plane of a bias tensor, and where its rows and columns sit. */
 typedef struct attn_mod_ctx {
     int kind;
-    float cap, inv_cap; /* cap 0: none */
-    float slope;        /* ALiBi */
+    float scale;        /* raw q.k to natural units (the softmax scale) */
+    float out;          /* natural units to the kernel's (log2 or raw units) */
+    float cap, inv_cap; /* cap 0: none; cap already times out */
+    float slope;        /* ALiBi, times out */
     const float *tab;   /* T5: shared [2 max_distance + 1], bias of relative position r at
-                           tab[r + max_distance] */
+                           tab[r + max_distance], times out */
     int maxd;
     const char *tensor; /* TENSOR: the (b, h) plane, element (i, j) at i * ti + j * tj */
     int64_t ti, tj;
@@ -69,12 +71,15 @@ static inline size_t attn_mods_smem_bytes(const attn_mods *m)
  * (the caller synchronises before the first score). hv: the kernels' head. */
 static __device__ __forceinline__ attn_mod_ctx attn_mod_setup(const attn_launch *a,
                                                               const attn_seq *s, int b, int hv,
-                                                              float *tab_smem, int threads)
+                                                              float *tab_smem, int threads,
+                                                              float out)
 {
     const attn_mods *m = &a->mods;
     attn_mod_ctx c;
     c.kind = m->bias_kind;
-    c.cap = m->softcap;
+    c.scale = a->scale;
+    c.out = out;
+    c.cap = m->softcap * out;
     c.inv_cap = m->softcap > 0.0f ? 1.0f / m->softcap : 0.0f;
     c.split = a->split;
     c.p = hv - s->head * a->split;
@@ -88,10 +93,11 @@ static __device__ __forceinline__ attn_mod_ctx attn_mod_setup(const attn_launch 
     c.lq = m->bias_lq;
     c.lk = m->bias_lk;
     const float *f = (const float *)m->bias;
-    if (c.kind == STOF_BIAS_ALIBI) c.slope = f[(int64_t)s->head * m->bias_st[0]];
+    if (c.kind == STOF_BIAS_ALIBI) c.slope = f[(int64_t)s->head * m->bias_st[0]] * out;
     if (c.kind == STOF_BIAS_T5) {
         for (int r = threadIdx.x; r <= 2 * c.maxd; r += threads)
             tab_smem[r] =
+                out *
                 f[(int64_t)attn_t5_bucket(r - c.maxd, m) * m->bias_st[0] + s->head * m->bias_st[1]];
     }
     if (c.kind == STOF_BIAS_TENSOR) {
@@ -122,22 +128,76 @@ static __device__ __forceinline__ float attn_mod_bias(const attn_mod_ctx &c, int
     }
 }
 
-/* One m-block's scores (raw q.k) to log2 units with the modifiers: row_g is
- * the kernel row of accumulator row g, col_t the key of column 2t of n-block 0. */
-template <int NB>
-static __device__ __forceinline__ void attn_apply_mods(float s[NB][4], const attn_mod_ctx &c,
-                                                       float scale, int row_g, int col_t)
+/* tanh from one exp2 and one reciprocal: absolute error a few 1e-7 (what a
+ * capped score needs: cap times it), where tanhf takes a long polynomial. */
+static __device__ __forceinline__ float attn_tanh(float x)
 {
+    return 1.0f - 2.0f / (1.0f + exp2_approx(x * (2.0f * ATTN_LOG2E)));
+}
+
+/* Key minus query of element e of n-block j, less the thread's base (split 1). */
+#define ATTN_MOD_DELTA(j, e) (8 * (j) + ((e)&1) - 8 * ((e) >> 1))
+
+/* One warp's 16-row block of scores, n-blocks of 8 keys in the mma.sync /
+ * wgmma accumulator layout (element e of n-block j: row g + 8 (e >> 1), key
+ * 8 j + 2 t + (e & 1)): each raw q.k becomes (cap(raw * scale) + bias) * out
+ * (out, the context's, folded into the cap, slope and table at setup).
+ * row_g: the kernel row of accumulator row g; col_t: the key of column 2t of
+ * n-block 0. The kind and the split are uniform: one branch a tile, and the
+ * common unsplit case takes compile-time offsets (ALiBi: one FADD and one
+ * FFMA a score). */
+template <int NB>
+static __device__ __forceinline__ void attn_apply_mods(float (&s)[NB][4], const attn_mod_ctx &c,
+                                                       int row_g, int col_t)
+{
+    if (c.cap > 0.0f) {
+        const float in = c.scale * c.inv_cap;
 #pragma unroll
-    for (int j = 0; j < NB; j++)
+        for (int j = 0; j < NB; j++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float x = s[j][e] * scale;
-            if (c.cap > 0.0f) x = c.cap * tanhf(x * c.inv_cap);
-            if (c.kind != STOF_BIAS_NONE)
-                x += attn_mod_bias(c, row_g + 8 * (e >> 1), col_t + 8 * j + (e & 1));
-            s[j][e] = x * ATTN_LOG2E;
-        }
+            for (int e = 0; e < 4; e++)
+                s[j][e] = c.cap * attn_tanh(s[j][e] * in);
+    } else {
+        const float k = c.scale * c.out;
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] *= k;
+    }
+    /* rel = key - position of the query, tokens of the sequence */
+    const int base = col_t * c.split + c.p - (row_g * c.split + c.p + c.off);
+    if (c.kind == STOF_BIAS_ALIBI && c.split == 1) {
+        const float fb = (float)base;
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = fmaf(-c.slope, fabsf(fb + (float)ATTN_MOD_DELTA(j, e)), s[j][e]);
+    } else if (c.kind == STOF_BIAS_T5 && c.split == 1) {
+        const float *tab = c.tab + c.maxd;
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] += tab[min(max(base + ATTN_MOD_DELTA(j, e), -c.maxd), c.maxd)];
+    } else if (c.kind == STOF_BIAS_ALIBI || c.kind == STOF_BIAS_T5) {
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int rel = base + ATTN_MOD_DELTA(j, e) * c.split;
+                s[j][e] += c.kind == STOF_BIAS_T5 ? c.tab[min(max(rel, -c.maxd), c.maxd) + c.maxd]
+                                                  : -c.slope * (float)abs(rel);
+            }
+    } else if (c.kind == STOF_BIAS_TENSOR) {
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = fmaf(attn_mod_bias(c, row_g + 8 * (e >> 1), col_t + 8 * j + (e & 1)),
+                               c.out, s[j][e]);
+    }
 }
 
 #endif /* STOF_ATTN_MODS_CUH */

@@ -173,10 +173,21 @@ stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn
 {
     const double advantage = attn_rowwise_advantage(p);
     const int general = p->mods || !attn_head_dim_common(p->head_dim);
+    /* A bias or cap at head dim 64 or 128: the sm_90 kernel's modifier
+     * variants (one warpgroup) where it runs, unless block-wise is forced. */
+    if (p->mods && forced != STOF_ATTN_BLOCKWISE && forced != STOF_ATTN_ROWWISE &&
+        attn_sm90_usable(dev, p->head_dim, p->tile_m, p->tile_n)) {
+        *out = sm90_choice(p, dev, 0.0);
+        out->block_m = 64;
+        out->warps = 4;
+        return STOF_OK;
+    }
     if (general) {
         STOF_REQUIRE(forced == STOF_ATTN_AUTO || forced == STOF_ATTN_BLOCKWISE,
                      STOF_ERR_UNSUPPORTED, "%s runs on the block-wise kernel only (forced: %s)",
-                     p->mods ? "attention with a bias or soft cap" : "this head dim",
+                     p->mods ? "attention with a bias or soft cap (and the sm_90 kernel, at head "
+                               "dims 64 and 128 on a compute capability 9.0 device)"
+                             : "this head dim",
                      forced == STOF_ATTN_ROWWISE ? "ROWWISE" : "BLOCKWISE_SM90");
         const attn_bw_config *c = &attn_bw_configs[0];
         STOF_REQUIRE(attn_bw_config_fits(c, p->head_dim, p->tile_m, p->tile_n),

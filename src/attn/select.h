@@ -152,8 +152,10 @@ typedef struct attn_problem {
     int even_full;        /* the mask holds everywhere and the batch has one length
                              (mask_tiles.all_visible, bm == 1): every row block lists
                              the same tiles */
-    int mods;             /* a bias or a soft cap (attn_mods): the block-wise kernel's
-                             modifier variants, 4 warps of 64-row blocks, serve it */
+    int mods;             /* a bias or a soft cap (attn_mods): modifier variants serve it,
+                             the sm_90 kernel's (one warpgroup) at head dims 64 and 128
+                             where it runs, else the block-wise kernel's (4 warps of
+                             64-row blocks) */
 } attn_problem;
 
 typedef struct attn_bw_config {

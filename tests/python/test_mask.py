@@ -120,6 +120,21 @@ def test_decode_window_plane():
     assert np.array_equal(plane.astype(bool), (j >= i - 3) & (j <= i + 5))
 
 
+def test_alignment_bottom_right_by_default_and_top_left_on_request():
+    np = pytest.importorskip("numpy")
+    Lq, Lk = 5, 12
+    i, j = np.arange(Lq)[:, None], np.arange(Lk)[None, :]
+    default = stof.Mask().causal()
+    top_left = stof.Mask().causal().top_left()
+    assert str(default) == "causal" and str(top_left) == "causal,topleft"
+    assert str(stof.Mask.parse("causal,topleft")) == "causal,topleft"
+    assert default.cache_key != top_left.cache_key
+    br = default.compile(1, 1, Lq, Lk).decode(0, 0).astype(bool)
+    tl = top_left.compile(1, 1, Lq, Lk).decode(0, 0).astype(bool)
+    assert np.array_equal(br, j <= i + (Lk - Lq)) and np.array_equal(tl, j <= i)
+    assert str(stof.Mask().causal().top_left().top_left(False)) == "causal"
+
+
 def test_decode_out_of_range_instance_is_an_error():
     cm = stof.Mask.parse("causal").compile(2, 2, 16, 16)
     with pytest.raises(stof.StofError):
