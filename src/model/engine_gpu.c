@@ -89,7 +89,9 @@ static stof_status upload_freqs(enc_gpu *g, const model_desc *d)
         void *dev = NULL;
         STOF_TRY(stof_dev_alloc(g->ctx, bytes, &dev));
         g->inv_freq[i] = dev;
-        STOF_CUDA_TRY(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+        cudaStream_t s = (cudaStream_t)g->ctx->stream;
+        STOF_CUDA_TRY(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s));
+        STOF_CUDA_TRY(cudaStreamSynchronize(s)); /* host is a stack buffer */
     }
     return STOF_OK;
 }
@@ -105,8 +107,10 @@ static stof_status pad_lm_head(enc_gpu *g, const model_desc *d)
     void *dev = NULL;
     STOF_TRY(stof_dev_alloc(g->ctx, bytes, &dev));
     g->lm_head_pad = dev;
-    STOF_CUDA_TRY(cudaMemset(dev, 0, bytes));
-    STOF_CUDA_TRY(cudaMemcpy(dev, g->w->lm_head, (size_t)d->vocab * row, cudaMemcpyDeviceToDevice));
+    cudaStream_t s = (cudaStream_t)g->ctx->stream;
+    STOF_CUDA_TRY(cudaMemsetAsync(dev, 0, bytes, s));
+    STOF_CUDA_TRY(cudaMemcpyAsync(dev, g->w->lm_head, (size_t)d->vocab * row,
+                                  cudaMemcpyDeviceToDevice, s));
     g->lm_head = dev;
     return STOF_OK;
 }
@@ -231,7 +235,6 @@ static stof_status logits_reserve(enc_gpu *g, size_t bytes)
 {
     if (bytes <= g->logits_cap) return STOF_OK;
     if (g->logits_buf) stof_dev_free(g->ctx, g->logits_buf);
-    if (g->lm_head_pad) stof_dev_free(g->ctx, g->lm_head_pad);
     g->logits_buf = NULL;
     g->logits_cap = 0;
     STOF_TRY(stof_dev_alloc(g->ctx, bytes, &g->logits_buf));

@@ -3,8 +3,8 @@
  * one canonical tensor at a time in the run dtype in a host staging buffer;
  * this sink copies each into a device allocation of its own as it comes, so
  * no whole-model copy exists on the host, and m->w holds device pointers.
- * The copy is synchronous: the loader reuses the staging buffer as soon as
- * put returns.
+ * Each copy is complete when put returns: the loader reuses the staging
+ * buffer then.
  */
 #include "model/engine_gpu.h"
 
@@ -29,7 +29,10 @@ static stof_status gpu_put(weight_sink *sink, const char *what, void **slot, con
     if (st != STOF_OK)
         return stof_error(st, "uploading %s (%zu bytes): %s", what, bytes, stof_last_error());
     g->allocs[g->n_allocs++] = dev;
-    STOF_CUDA_TRY(cudaMemcpy(dev, src, bytes, cudaMemcpyHostToDevice));
+    /* on the ctx's stream, which the allocation is ordered on (cudaMallocAsync) */
+    cudaStream_t s = (cudaStream_t)g->ctx->stream;
+    STOF_CUDA_TRY(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, s));
+    STOF_CUDA_TRY(cudaStreamSynchronize(s));
     *slot = dev;
     return STOF_OK;
 }
