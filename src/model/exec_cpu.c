@@ -594,7 +594,8 @@ stof_status exec_cpu_forward(stof_model *m, const enc_request *r)
         return st;
     }
     int64_t T = r->tokens, H = d->hidden;
-    int blas_threads = cpu_blas_threads_enter(ws->threads);
+    /* fast linears split the sgemm over our pool themselves: OpenBLAS at one thread */
+    int blas_threads = cpu_blas_threads_enter(ws->fast ? 1 : ws->threads);
     if (T > 0) {
         pack_inputs(r, ws);
         embed(m, T, ws);
