@@ -6,7 +6,8 @@
  * sliding layers, stored in bf16, tied head) and ModernBERT (global and
  * local layers). Each case runs a padded batch, the same batch packed, and
  * the batch under a stof mask spec intersected with the family's own masks;
- * the error is max |out - ref| / max |ref| over the real tokens, at most
+ * pooled embeddings (last token for decoders, mean for encoders) are checked
+ * too; the error is max |out - ref| / max |ref| over the real tokens, at most
  * 1e-4. Then the named errors: unknown model_type, missing and misshapen
  * tensors, outputs the family does not have.
  */
@@ -153,6 +154,38 @@ static stof_status forward(stof_model *m, const golden *g, const stof_mask_spec 
     return stof_model_forward(m, &p, &ids, &len, NULL, &hid, NULL);
 }
 
+/* Pooled embeddings: the last real token's hidden state (decoders) or the mean
+ * of the real tokens' (encoders), from the golden hidden states. */
+static void check_pooled(stof_model *m, const golden *g, const float *ref_hidden, int H,
+                         bool last, const char *name)
+{
+    int64_t sh_ids[2] = {g->B, g->L}, sh_len[1] = {g->B}, sh_pool[2] = {g->B, H};
+    float *out = malloc((size_t)g->B * H * sizeof(float));
+    double *ref = calloc((size_t)g->B * H, sizeof(double));
+    test_poison_f32(out, (int64_t)g->B * H);
+    stof_tensor ids = stof_tensor_make((void *)g->ids, STOF_I32, STOF_MEM_HOST, 2, sh_ids);
+    stof_tensor len = stof_tensor_make((void *)g->lengths, STOF_I32, STOF_MEM_HOST, 1, sh_len);
+    stof_tensor pooled = stof_tensor_make(out, STOF_F32, STOF_MEM_HOST, 2, sh_pool);
+    CHECK_OK(stof_model_forward(m, NULL, &ids, &len, NULL, NULL, &pooled));
+    double err = 0.0, mag = 0.0;
+    for (int b = 0; b < g->B; b++) {
+        int n = g->lengths[b];
+        for (int i = last ? n - 1 : 0; i < n; i++)
+            for (int c = 0; c < H; c++)
+                ref[(int64_t)b * H + c] +=
+                    ref_hidden[((int64_t)b * g->L + i) * H + c] / (last ? 1.0 : (double)n);
+        for (int c = 0; c < H; c++) {
+            double d = fabs(out[(int64_t)b * H + c] - ref[(int64_t)b * H + c]);
+            if (!(d <= err)) err = isnan(d) ? INFINITY : d;
+            if (fabs(ref[(int64_t)b * H + c]) > mag) mag = fabs(ref[(int64_t)b * H + c]);
+        }
+    }
+    CHECK(err / mag <= tolerance, "%s: pooled (%s) rel err %.3g", name,
+          last ? "last token" : "mean", err / mag);
+    free(out);
+    free(ref);
+}
+
 /* Logits of the last real token only ([B, V]) against the golden rows. */
 static void check_last_logits(stof_model *m, const golden *g, const float *ref, int V,
                               const char *name)
@@ -230,6 +263,7 @@ static void check_case(stof_ctx *ctx, const family_case *c)
         printf("\n");
     }
     if (c->decoder) check_last_logits(m, &g, golden_f32(&g, "logits", nl), V, c->name);
+    check_pooled(m, &g, golden_f32(&g, "hidden", nh), H, c->decoder, c->name);
     stof_mask_spec_destroy(spec);
     free(hidden);
     free(logits);
@@ -304,6 +338,11 @@ static void check_errors(stof_ctx *ctx)
         gpt2_variant(cfg);
         CHECK_FAIL(stof_model_load(ctx, tmp_dir, NULL, &m), variants[i].status, variants[i].needle);
     }
+    /* Sizes no machine holds fail on the first shape, before any allocation. */
+    gpt2_variant("{\"model_type\": \"gpt2\", \"n_embd\": 65536, \"n_head\": 4, \"n_layer\": 1000, "
+                 "\"vocab_size\": 16777216, \"n_positions\": 32}");
+    CHECK_FAIL(stof_model_load(ctx, tmp_dir, NULL, &m), STOF_ERR_FORMAT,
+               "\"transformer.wte.weight\" has shape [512, 64], expected [16777216, 65536]");
     CHECK(m == NULL, "failed loads leave no model");
     char path[512];
     snprintf(path, sizeof path, "%s/config.json", tmp_dir);
