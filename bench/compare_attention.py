@@ -22,6 +22,11 @@ call is queued behind a short device sleep so the host's launch overhead stays
 out of every side's figure alike. Mask builds (stof_mask_ms, flex_mask_ms) are
 timed from an idle device, so their host work counts, as it does for a caller.
 
+sdpa_cudnn_ms is SDPA's cuDNN backend (FlashAttention-3 class on Hopper) on the
+same terms as sdpa_flash_ms. --suite b runs suite B (decoders and T5, bf16:
+attention_suite_b.py), --suite ab both, into one JSON whose cases carry suite,
+D, dtype, kv_heads and bias, and whose summary has both suites' keys.
+
 Summary: geomean_vs_flex and min_vs_flex over the cases at L = 1024 and 4096
 with D = 64 (the BENCH.md target; all cases when none is there), dense_vs_sdpa
 the smallest sdpa_flash_ms / stof_ms over the dense cases, max_mask_share the
@@ -52,6 +57,7 @@ for p in (HERE, os.path.join(REPO, "python")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
+import attention_suite_b  # noqa: E402
 import masks as bench_masks  # noqa: E402
 from common import (SLEEP_CYCLES, EventTimer, brief_error, configure_compile,  # noqa: E402,F401
                     fmt, geomean, git_commit, gpu_slug)
@@ -65,9 +71,9 @@ ENCODER_LAYERS = 12  # layers one compiled mask serves in mask_share_per_layer_1
 # kernel_options tried in turn until FlexAttention compiles: inductor's defaults,
 # then smaller tiles, then no software pipelining (each shrinks shared memory).
 FLEX_OPTIONS = ({}, {"BLOCK_M": 64, "BLOCK_N": 64}, {"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 1})
-CASE_KEYS = ("B", "H", "L", "D", "mask", "density", "kernel", "stof_ms", "stof_mask_ms", "flex_ms",
-             "flex_mask_ms", "flex_options", "sdpa_flash_ms", "sdpa_mask_ms", "max_rel_err",
-             "flex_max_rel_err")
+CASE_KEYS = ("suite", "B", "H", "L", "D", "dtype", "kv_heads", "bias", "mask", "density",
+             "kernel", "stof_ms", "stof_mask_ms", "flex_ms", "flex_mask_ms", "flex_options",
+             "sdpa_flash_ms", "sdpa_cudnn_ms", "sdpa_mask_ms", "max_rel_err", "flex_max_rel_err")
 
 
 def parse_args(argv=None):
@@ -87,6 +93,8 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=bench_masks.SEED)
     ap.add_argument("--tol", type=float, default=1e-2, help="largest max_rel_err that passes")
     ap.add_argument("--skip", default="", help="comma list of sides to skip: flex,sdpa_mask")
+    ap.add_argument("--suite", default="a", choices=("a", "b", "ab"),
+                    help="BENCH.md suite A (encoder masks), B (decoders and T5), or both")
     return ap.parse_args(argv)
 
 
@@ -249,7 +257,7 @@ def run_case(torch, stof, flex, timer, dev, shape, name, args, l2_bytes, skip):
     F = torch.nn.functional
     B, H, L, D = shape
     row = dict.fromkeys(CASE_KEYS)
-    row.update(B=B, H=H, L=L, D=D, mask=name)
+    row.update(suite="A", B=B, H=H, L=L, D=D, dtype="fp16", kv_heads=H, mask=name)
     bm = bench_masks.make_mask(name, B, L, seed=args.seed)
     dense = bm.dense_torch(dev)
     row["density"] = round(dense.sum().item() / (dense.shape[0] * L * L), 5)
@@ -307,6 +315,13 @@ def run_case(torch, stof, flex, timer, dev, shape, name, args, l2_bytes, skip):
                 lambda s: F.scaled_dot_product_attention(*sets[s], is_causal=bm.is_causal), n_sets)
     row["sdpa_flash_ms"] = side("sdpa flash", flash)
 
+    # SDPA, cuDNN, mask ignored (the FlashAttention-3 class anchor)
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return timer.device_ms(
+                lambda s: F.scaled_dot_product_attention(*sets[s], is_causal=bm.is_causal), n_sets)
+    row["sdpa_cudnn_ms"] = side("sdpa cudnn", cudnn)
+
     # SDPA with the boolean mask
     if name != "dense" and "sdpa_mask" not in skip:
         def with_mask():
@@ -323,7 +338,7 @@ def run_case(torch, stof, flex, timer, dev, shape, name, args, l2_bytes, skip):
         row["sdpa_mask_ms"] = side("sdpa mask", with_mask)
 
     for k in ("stof_ms", "stof_mask_ms", "flex_ms", "flex_mask_ms", "sdpa_flash_ms",
-              "sdpa_mask_ms"):
+              "sdpa_cudnn_ms", "sdpa_mask_ms"):
         if row[k] is not None:
             row[k] = round(row[k], 5)
     if row["max_rel_err"] is not None:
@@ -339,6 +354,11 @@ def run_case(torch, stof, flex, timer, dev, shape, name, args, l2_bytes, skip):
 # ---------------------------------------------------------------- reporting
 
 def summarize(cases, floors=(None, None)):
+    b_rows = [c for c in cases if c.get("suite") == "B"]
+    cases = [c for c in cases if c.get("suite") != "B"]
+    extra = attention_suite_b.summarize_b(b_rows) if b_rows else {}
+    if not cases:
+        return extra
     target = [c for c in cases if c["L"] in TARGET_L and c["D"] == 64] or cases
     vs_flex = [c["flex_ms"] / c["stof_ms"] for c in target if c["flex_ms"] and c["stof_ms"]]
     dense = [c["sdpa_flash_ms"] / c["stof_ms"] for c in cases
@@ -352,7 +372,8 @@ def summarize(cases, floors=(None, None)):
             "dense_vs_sdpa": r(min(dense, default=None)),
             "max_mask_share": r(max(share, default=None)),
             "mask_share_per_layer_12": r(max(per_layer, default=None)),
-            "mask_timing_floor_ms": r(floors[0], 5), "timing_floor_call_ms": r(floors[1], 5)}
+            "mask_timing_floor_ms": r(floors[0], 5), "timing_floor_call_ms": r(floors[1], 5),
+            **extra}
 
 
 def print_table(cases, file=None):
@@ -474,7 +495,24 @@ def main(argv=None):
 
     timer = Timer(torch, args, dev)
     cases, failures = [], 0
-    for shape in shapes_of(args):
+    if "b" in args.suite:  # suite B first: its long cases are the ones a time limit would cut
+        from torch.nn.attention.flex_attention import create_block_mask
+        for spec in attention_suite_b.CASES:
+            t0 = time.perf_counter()
+            problems = []
+            row, failed = attention_suite_b.run_b_case(torch, stof, flex, create_block_mask,
+                                                       timer, dev, spec, args, problems,
+                                                       FLEX_OPTIONS)
+            cases.append(row)
+            failures += failed
+            print(f"[{time.perf_counter() - t0:5.1f}s] B {spec[0]} {spec[1:6]}: stof "
+                  f"{fmt(row['stof_ms'])} flex {fmt(row['flex_ms'])} cudnn "
+                  f"{fmt(row['sdpa_cudnn_ms'])} ms, err {fmt(row['max_rel_err'], '.1e')}" +
+                  (" FAILED" if failed else ""), flush=True)
+            for p in problems:
+                print(f"    {p}", flush=True)
+
+    for shape in (shapes_of(args) if "a" in args.suite else []):
         for name in names:
             t0 = time.perf_counter()
             row, problems, failed = run_case(torch, stof, flex, timer, dev, shape, name, args,
@@ -490,7 +528,7 @@ def main(argv=None):
                 print(f"    {p}", flush=True)
 
     floors = (None, None)
-    if timer.cuda:  # what the build timing reads for no work, and for one library call
+    if timer.cuda and "a" in args.suite:  # what a build of no work reads, and one library call
         floors = (timer.build_ms(lambda: None), timer.build_ms(stof.version))
     summary = summarize(cases, floors)
     result = {"device": device_name, "date": date, "commit": git_commit(),
@@ -501,12 +539,19 @@ def main(argv=None):
     with open(out_path, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
-    chart = write_chart(cases, os.path.splitext(out_path)[0] + ".png",
+    chart = write_chart([c for c in cases if c.get("suite") != "B"],
+                        os.path.splitext(out_path)[0] + ".png",
                         f"stof vs FlexAttention, {device_name}, {date} ({result['commit']})")
     print()
-    print_table(cases)
-    print()
-    print_summary(summary)
+    a_rows = [c for c in cases if c.get("suite") != "B"]
+    if a_rows:
+        print_table(a_rows)
+        print()
+        print_summary(summary)
+    b_rows = [c for c in cases if c.get("suite") == "B"]
+    if b_rows:
+        print()
+        attention_suite_b.print_b(b_rows, attention_suite_b.summarize_b(b_rows))
     print(f"wrote {out_path}" + (f" and {chart}" if chart else ""))
     if failures:
         print(f"{failures} case(s) failed: stof did not run, its mask differed from torch's, "

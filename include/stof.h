@@ -130,11 +130,16 @@ STOF_API const char *stof_dtype_name(stof_dtype dtype);
 
 /*
  * A mask spec is a union of parts; key j is visible from query i when any part
- * says so, and (always) i < length_q[b] and j < length_k[b]. Parts:
+ * says so, and (always) i < length_q[b] and j < length_k[b]. The analytic
+ * parts (causal, window, dilated) see query row i at position a = i + off,
+ * off = length_k[b] - length_q[b] (bottom-right alignment, the default, as
+ * FlashAttention defines it: the last query sees the last key, so prefill
+ * after a cached prefix and chunked prefill are right); with top-left
+ * alignment off = 0. When Lq == Lk and lengths agree the two coincide. Parts:
  *   full                      every pair
- *   causal                    j <= i
- *   window(left, right)       i-left <= j <= i+right
- *   dilated(window, dilation) |i-j| <= window*dilation and (i-j) % dilation == 0
+ *   causal                    j <= a
+ *   window(left, right)       a-left <= j <= a+right
+ *   dilated(window, dilation) |a-j| <= window*dilation and (a-j) % dilation == 0
  *   global(n)                 i < n or j < n
  *   global(list)              i or j is a listed token
  *   random(block, per_row, seed)
@@ -148,12 +153,19 @@ STOF_API const char *stof_dtype_name(stof_dtype dtype);
  * Text form (CLI and Python), parts separated by ',':
  *   full | causal | window:W | window:L:R | dilated:WxD | global:N |
  *   global:[i,j,...] | random:BxN@SEED | blocks:B:ROW/ROW/... (ROW = 0/1 chars)
+ * and, anywhere among them, the alignment words topleft or bottomright (the
+ * default, not printed by the formatter).
  * e.g. "window:128,global:32,random:64x3@7". dense masks come only from a
  * tensor (stof_mask_spec_add_dense); they, and per-head block layouts, format as
  * "dense" and "blocks:B:heads=H", which do not parse back. A random part takes
  * at most 256 blocks per row.
  */
 typedef struct stof_mask_spec stof_mask_spec;
+
+typedef enum stof_mask_align {
+    STOF_ALIGN_BOTTOM_RIGHT = 0, /* off = length_k - length_q (the default) */
+    STOF_ALIGN_TOP_LEFT = 1      /* off = 0 */
+} stof_mask_align;
 
 STOF_API stof_status stof_mask_spec_create(stof_mask_spec **out);
 STOF_API void stof_mask_spec_destroy(stof_mask_spec *spec);
@@ -163,6 +175,7 @@ STOF_API stof_status stof_mask_spec_parse(const char *text, stof_mask_spec **out
  * including the NUL; *needed (optional) gets the full length + 1. */
 STOF_API stof_status stof_mask_spec_format(const stof_mask_spec *spec, char *buf, size_t cap,
                                            size_t *needed);
+STOF_API stof_status stof_mask_spec_set_align(stof_mask_spec *spec, stof_mask_align align);
 STOF_API stof_status stof_mask_spec_add_full(stof_mask_spec *spec);
 STOF_API stof_status stof_mask_spec_add_causal(stof_mask_spec *spec);
 STOF_API stof_status stof_mask_spec_add_window(stof_mask_spec *spec, int left, int right);
@@ -250,9 +263,31 @@ typedef enum stof_attn_kernel {
     STOF_ATTN_BLOCKWISE_SM90 = 4 /* block-wise on Hopper warpgroup MMA, sm_90 devices */
 } stof_attn_kernel;
 
+/* A position bias added to the scores in the kernel (never an [H, L, L] tensor).
+ * Positions follow the mask's alignment: query row i is at a = i + off
+ * (stof_mask_align; off = length_k - length_q under the default). */
+typedef enum stof_attn_bias_kind {
+    STOF_BIAS_NONE = 0,
+    STOF_BIAS_T5 = 1,    /* T5 relative-position buckets: bias = F32 table [num_buckets, H],
+                            score += table[bucket(j - a), h] (Hugging Face's
+                            _relative_position_bucket with t5_bidirectional, num_buckets
+                            (the table's rows, even, >= 2 bidirectional) and t5_max_distance) */
+    STOF_BIAS_ALIBI = 2, /* ALiBi: bias = F32 slopes [H], score += -slope[h] * |j - a|
+                            (FlashAttention's form; under causal it equals slope * (j - a)) */
+    STOF_BIAS_TENSOR = 3 /* additive tensor [B|1, H|1, Lq, Lk] F32, F16 or BF16 (any strides,
+                            a dimension of extent 1 broadcasts), padded layout */
+} stof_attn_bias_kind;
+
 typedef struct stof_attn_params {
     float scale;             /* softmax scale; 0: 1/sqrt(head_dim) */
     stof_attn_kernel kernel; /* force a kernel, or AUTO */
+    /* Added for decoders and T5; the defaults (zeros) change nothing. */
+    stof_attn_bias_kind bias_kind;
+    const stof_tensor *bias; /* the table, slopes or tensor bias_kind names, in q's memory */
+    int t5_bidirectional;    /* T5: 1 encoder (both directions), 0 decoder */
+    int t5_max_distance;     /* T5: distance from which buckets saturate; 0: 128 */
+    float softcap;           /* > 0: scores become softcap * tanh(score / softcap) before the
+                                bias (Gemma 2); 0: none */
 } stof_attn_params;
 
 typedef struct stof_attn_choice {
@@ -267,16 +302,20 @@ typedef struct stof_attn_choice {
 STOF_API stof_attn_params stof_attn_default_params(void);
 
 /*
- * Masked multi-head attention: out = softmax(scale * q k^T + mask) v.
- * Layouts:
- *  - padded: q [B, H, Lq, D], k and v [B, H, Lk, D], out [B, H, Lq, D] with any
- *    strides on B, H and L and unit stride on D (so [B, L, H, D] memory works
- *    through strides);
- *  - packed variable length: q [Tq, H, D], k and v [Tk, H, D], out [Tq, H, D],
+ * Masked multi-head attention:
+ *     out = softmax(cap(scale * q k^T) + bias + mask) v
+ * (cap: params->softcap, bias: params->bias_kind). Layouts:
+ *  - padded: q [B, H, Lq, D], k and v [B, Hkv, Lk, D], out [B, H, Lq, D] with
+ *    any strides on B, H and L and unit stride on D (so [B, L, H, D] memory
+ *    works through strides);
+ *  - packed variable length: q [Tq, H, D], k and v [Tk, Hkv, D], out [Tq, H, D],
  *    with cu_seqlens_q / cu_seqlens_k I32 [B+1] prefix sums of the lengths
  *    (same memory kind as q). The mask must be compiled for those lengths.
- * q, k, v, out share a dtype: F16 or BF16 on a GPU (head dim 32, 64 or 128),
- * F32, F16 or BF16 on the CPU (any head dim). Rows with no visible key get zeros;
+ * Grouped-query attention comes from k's shape: Hkv must divide H, query head
+ * h reads kv head h / (H / Hkv) (Hkv = 1: multi-query); K and V are never
+ * copied. q, k, v, out share a dtype: F16 or BF16 on a GPU (head dim 32, 64,
+ * 80, 96, 128 or 256; stof_attention_select says which kernel serves), F32,
+ * F16 or BF16 on the CPU (any head dim). Rows with no visible key get zeros;
  * padded rows (i >= length_q[b]) are zeroed too.
  */
 STOF_API stof_status stof_attention(stof_ctx *ctx, const stof_attn_params *params,

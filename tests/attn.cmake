@@ -5,3 +5,6 @@ stof_add_test(test_attn_select SOURCES test_attn_select.c ${CMAKE_SOURCE_DIR}/sr
 stof_add_test(test_attn_cpu SOURCES test_attn_cpu.c PARTS core cpu mask attn)
 stof_add_test(test_attn_gpu SOURCES test_attn_gpu.c PARTS core cpu mask attn LABELS gpu
               TIMEOUT 900)
+# Decoder and T5 features on the GPU (GQA, offsets, biases, soft cap, head dims 32-256).
+stof_add_test(test_attn_gpu_decoder SOURCES test_attn_gpu_decoder.c PARTS core cpu mask attn
+              LABELS gpu TIMEOUT 900)

@@ -2,8 +2,9 @@
  * test_attn_cpu.c — stof_attention on a CPU context against cpu_attention fed
  * with masks built straight from the spec (stof_mask_spec_to_dense), so the
  * compiled tiles, their decoding, the dtype conversions and the strided and
- * packed layouts are all on trial. Then API misuse: every bad input returns a
- * status with a message.
+ * packed layouts are all on trial; then the decoder and T5 features (GQA,
+ * bottom-right offsets, biases, soft cap) against cpu_attention_ex. Then API
+ * misuse: every bad input returns a status with a message.
  */
 #include "cpu/cpu_ref.h"
 #include "mask/mask.h"
@@ -351,6 +352,168 @@ static void test_misuse(stof_ctx *ctx)
     stof_mask_spec_destroy(spec);
 }
 
+/* Decoder and T5 features on the CPU context: k and v with Hkv heads, a mask
+ * at the default bottom-right alignment with Lq < Lk and per-entry lengths,
+ * each bias kind and the soft cap, against cpu_attention_ex over the whole
+ * batch with the spec's planes and the offsets written out here. */
+static void test_decoder_features(stof_ctx *ctx, stof_dtype dt, int bias_kind, float softcap,
+                                  int Hkv, const char *text)
+{
+    const int B = 2, H = 4, Lq = 9, Lk = 23, D = 20, NB = 16;
+    int32_t lens_q[2] = {9, 5}, lens_k[2] = {23, 17};
+    stof_mask_spec *spec = NULL;
+    CHECK_OK(stof_mask_spec_parse(text, &spec));
+    if (!spec) return;
+    stof_mask *mask = compile(ctx, spec, B, H, Lq, Lk, lens_q, lens_k, 16);
+    const int64_t sq[4] = {B, H, Lq, D}, sk[4] = {B, Hkv, Lk, D};
+    const int64_t nq = (int64_t)B * H * Lq * D, nk = (int64_t)B * Hkv * Lk * D;
+    size_t es = stof_dtype_size(dt);
+    void *qb = malloc((size_t)nq * es), *kb = malloc((size_t)nk * es),
+         *vb = malloc((size_t)nk * es);
+    void *ob = malloc((size_t)nq * es);
+    stof_tensor q = stof_tensor_make(qb, dt, STOF_MEM_HOST, 4, sq);
+    stof_tensor k = stof_tensor_make(kb, dt, STOF_MEM_HOST, 4, sk);
+    stof_tensor v = stof_tensor_make(vb, dt, STOF_MEM_HOST, 4, sk);
+    stof_tensor o = stof_tensor_make(ob, dt, STOF_MEM_HOST, 4, sq);
+    float *qf = malloc(4 * (size_t)nq), *kf = malloc(4 * (size_t)nk), *vf = malloc(4 * (size_t)nk);
+    float *got = malloc(4 * (size_t)nq), *want = malloc(4 * (size_t)nq);
+    fill_view(&q, 1.5f, qf);
+    fill_view(&k, 1.5f, kf);
+    fill_view(&v, 1.0f, vf);
+    memset(ob, 0xff, (size_t)nq * es);
+    /* Bias inputs: a T5 table [NB, H], slopes [H], a tensor [1, H, Lq, Lk] (broadcast on B). */
+    float table[16 * 4], slopes[4], tens[4 * 9 * 23];
+    for (int e = 0; e < NB * H; e++)
+        table[e] = test_rng_float(&rng, -2, 2);
+    for (int h = 0; h < H; h++)
+        slopes[h] = 1.0f / (float)(2 << h);
+    for (int e = 0; e < H * Lq * Lk; e++)
+        tens[e] = test_rng_float(&rng, -3, 3);
+    const int64_t st[2] = {NB, H}, ss[1] = {H}, stn[4] = {1, H, Lq, Lk};
+    stof_tensor t5 = stof_tensor_make(table, STOF_F32, STOF_MEM_HOST, 2, st);
+    stof_tensor al = stof_tensor_make(slopes, STOF_F32, STOF_MEM_HOST, 1, ss);
+    stof_tensor tn = stof_tensor_make(tens, STOF_F32, STOF_MEM_HOST, 4, stn);
+    stof_attn_params p = stof_attn_default_params();
+    p.bias_kind = bias_kind;
+    p.bias = bias_kind == STOF_BIAS_T5       ? &t5
+             : bias_kind == STOF_BIAS_ALIBI  ? &al
+             : bias_kind == STOF_BIAS_TENSOR ? &tn
+                                             : NULL;
+    p.t5_bidirectional = 1;
+    p.t5_max_distance = 20;
+    p.softcap = softcap;
+    CHECK_OK(stof_attention(ctx, &p, &q, &k, &v, mask, NULL, NULL, &o));
+    read_view(&o, got);
+
+    uint8_t *planes = malloc((size_t)B * Lq * Lk);
+    for (int b = 0; b < B; b++)
+        CHECK_OK(stof_mask_spec_to_dense(spec, B, H, Lq, Lk, lens_q, lens_k, b, 0,
+                                         planes + (size_t)b * Lq * Lk));
+    const bool top_left = strstr(text, "topleft") != NULL;
+    int64_t off[2];
+    for (int b = 0; b < B; b++)
+        off[b] = top_left ? 0 : lens_k[b] - lens_q[b];
+    cpu_attn_extra x;
+    memset(&x, 0, sizeof x);
+    x.bias_kind = bias_kind;
+    x.table = bias_kind == STOF_BIAS_T5 ? table : slopes;
+    x.heads = H;
+    x.t5_num_buckets = NB;
+    x.t5_bidirectional = 1;
+    x.t5_max_distance = 20;
+    x.tensor = tens;
+    x.t_stride[1] = Lq * Lk;
+    x.t_stride[2] = Lk;
+    x.t_stride[3] = 1;
+    x.softcap = softcap;
+    x.off = off;
+    cpu_attention_ex(qf, kf, vf, want, B, H, Hkv, Lq, Lk, D, planes, (int64_t)Lq * Lk, 0,
+                     1.0f / sqrtf((float)D), &x);
+    double err = 0;
+    for (int b = 0; b < B; b++)
+        for (int64_t e = 0; e < (int64_t)H * Lq * D; e++) {
+            int64_t i = (e / D) % Lq, idx = b * (int64_t)H * Lq * D + e;
+            if (i < lens_q[b])
+                err = fmax(err, fabs((double)got[idx] - want[idx]));
+            else
+                CHECK(got[idx] == 0.0f, "padded row %lld of entry %d not zero", (long long)i, b);
+        }
+    CHECK(err <= tolerance(dt), "%s %s bias %d cap %g H %d / Hkv %d: max error %g", text,
+          stof_dtype_name(dt), bias_kind, (double)softcap, H, Hkv, err);
+    free(planes);
+    free(qb);
+    free(kb);
+    free(vb);
+    free(ob);
+    free(qf);
+    free(kf);
+    free(vf);
+    free(got);
+    free(want);
+    stof_mask_destroy(mask);
+    stof_mask_spec_destroy(spec);
+}
+
+/* Bad combinations of the decoder features get named errors. */
+static void test_decoder_misuse(stof_ctx *ctx)
+{
+    const int64_t sq[4] = {1, 6, 8, 16}, sk4[4] = {1, 4, 8, 16}, sk3[4] = {1, 3, 8, 16};
+    float qb[6 * 8 * 16] = {0}, kb[6 * 8 * 16] = {0}, vb[6 * 8 * 16] = {0}, ob[6 * 8 * 16];
+    stof_tensor q = stof_tensor_make(qb, STOF_F32, STOF_MEM_HOST, 4, sq);
+    stof_tensor o = stof_tensor_make(ob, STOF_F32, STOF_MEM_HOST, 4, sq);
+    stof_tensor k4 = stof_tensor_make(kb, STOF_F32, STOF_MEM_HOST, 4, sk4);
+    stof_tensor k3 = stof_tensor_make(kb, STOF_F32, STOF_MEM_HOST, 4, sk3);
+    stof_tensor v3 = stof_tensor_make(vb, STOF_F32, STOF_MEM_HOST, 4, sk3);
+    stof_mask_spec *spec = NULL;
+    CHECK_OK(stof_mask_spec_parse("causal", &spec));
+    stof_mask *mask = compile(ctx, spec, 1, 6, 8, 8, NULL, NULL, 16);
+    stof_attn_params p = stof_attn_default_params();
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k4, &k4, mask, NULL, NULL, &o), STOF_ERR_SHAPE);
+    CHECK(strstr(stof_last_error(), "divide") != NULL, "kv heads message: %s", stof_last_error());
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k3, &k4, mask, NULL, NULL, &o), STOF_ERR_SHAPE);
+    CHECK_OK(stof_attention(ctx, &p, &q, &k3, &v3, mask, NULL, NULL, &o));
+    float table[32 * 6] = {0};
+    const int64_t bad_t5[2] = {32, 5}, odd_t5[2] = {7, 6}, bad_al[1] = {4},
+                  bad_tn[4] = {1, 6, 8, 9};
+    stof_tensor t5 = stof_tensor_make(table, STOF_F32, STOF_MEM_HOST, 2, bad_t5);
+    p.bias_kind = STOF_BIAS_T5;
+    p.bias = &t5;
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k3, &v3, mask, NULL, NULL, &o), STOF_ERR_SHAPE);
+    CHECK(strstr(stof_last_error(), "num_buckets") != NULL, "T5 message: %s", stof_last_error());
+    t5 = stof_tensor_make(table, STOF_F32, STOF_MEM_HOST, 2, odd_t5);
+    p.t5_bidirectional = 1;
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k3, &v3, mask, NULL, NULL, &o), STOF_ERR_SHAPE);
+    p.t5_bidirectional = 0;
+    p.t5_max_distance = 3; /* not past the 3 exact buckets of 7 */
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k3, &v3, mask, NULL, NULL, &o), STOF_ERR_INVALID_ARG);
+    p.t5_max_distance = -1;
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k3, &v3, mask, NULL, NULL, &o), STOF_ERR_INVALID_ARG);
+    p.t5_max_distance = 0;
+    stof_tensor al = stof_tensor_make(table, STOF_F32, STOF_MEM_HOST, 1, bad_al);
+    p.bias_kind = STOF_BIAS_ALIBI;
+    p.bias = &al;
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k3, &v3, mask, NULL, NULL, &o), STOF_ERR_SHAPE);
+    stof_tensor tn = stof_tensor_make(table, STOF_F32, STOF_MEM_HOST, 4, bad_tn);
+    p.bias_kind = STOF_BIAS_TENSOR;
+    p.bias = &tn;
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k3, &v3, mask, NULL, NULL, &o), STOF_ERR_SHAPE);
+    p.bias = NULL;
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k3, &v3, mask, NULL, NULL, &o), STOF_ERR_INVALID_ARG);
+    p.bias_kind = STOF_BIAS_NONE;
+    p.bias = &tn;
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k3, &v3, mask, NULL, NULL, &o), STOF_ERR_INVALID_ARG);
+    p.bias = NULL;
+    p.bias_kind = (stof_attn_bias_kind)7;
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k3, &v3, mask, NULL, NULL, &o), STOF_ERR_INVALID_ARG);
+    p.bias_kind = STOF_BIAS_NONE;
+    p.softcap = -1.0f;
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k3, &v3, mask, NULL, NULL, &o), STOF_ERR_INVALID_ARG);
+    p.softcap = NAN;
+    CHECK_STATUS(stof_attention(ctx, &p, &q, &k3, &v3, mask, NULL, NULL, &o), STOF_ERR_INVALID_ARG);
+    stof_mask_destroy(mask);
+    stof_mask_spec_destroy(spec);
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed());
@@ -369,6 +532,15 @@ int main(void)
     test_packed(ctx, STOF_F16, "full");
     test_per_head(ctx);
     test_misuse(ctx);
+    /* Decoder and T5 features: GQA 4:2 and MQA, every bias kind, the cap. */
+    for (int bias = STOF_BIAS_NONE; bias <= STOF_BIAS_TENSOR; bias++) {
+        test_decoder_features(ctx, STOF_F32, bias, 0.0f, 2, "causal");
+        test_decoder_features(ctx, STOF_BF16, bias, 0.0f, 1, "window:3:2,global:1");
+        test_decoder_features(ctx, STOF_F16, bias, 0.0f, 4, "causal,topleft");
+    }
+    test_decoder_features(ctx, STOF_F32, STOF_BIAS_NONE, 2.5f, 1, "causal");
+    test_decoder_features(ctx, STOF_F16, STOF_BIAS_T5, 4.0f, 2, "full");
+    test_decoder_misuse(ctx);
     stof_ctx_destroy(ctx);
     return test_finish("test_attn_cpu");
 }

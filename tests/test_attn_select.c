@@ -27,7 +27,7 @@ static attn_device a100(void)
 
 static attn_problem problem(int B, int H, int L, int D, int tm, int tn, double tiles_per_row)
 {
-    attn_problem p = {B, H, L, L, D, tm, tn, tiles_per_row, 1.0, 0};
+    attn_problem p = {B, H, L, L, D, tm, tn, tiles_per_row, 1.0, 0, 0};
     return p;
 }
 
@@ -186,9 +186,38 @@ static void test_forced_and_extremes(void)
     CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_BLOCKWISE, &ch), STOF_ERR_UNSUPPORTED);
     CHECK(strstr(stof_last_error(), "64x64") && strstr(stof_last_error(), "32x32"),
           "message names the shapes: %s", stof_last_error());
-    p = problem(4, 16, 4096, 80, 64, 64, 64.0);
+    p = problem(4, 16, 4096, 48, 64, 64, 64.0);
     CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_BLOCKWISE, &ch), STOF_ERR_UNSUPPORTED);
-    CHECK(strstr(stof_last_error(), "head dim 80") != NULL, "message: %s", stof_last_error());
+    CHECK(strstr(stof_last_error(), "head dim 48") != NULL, "message: %s", stof_last_error());
+    /* Head dims 80, 96, 256 and calls with a bias or soft cap: the block-wise
+     * kernel's 4 warps of 64-row blocks, whatever else would score higher. */
+    static const int general_dims[] = {80, 96, 256};
+    for (int k = 0; k < 3; k++) {
+        p = problem(4, 16, 4096, general_dims[k], 128, 64, 64.0);
+        CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+        CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && ch.warps == 4 && ch.block_m == 64,
+              "head dim %d: kernel %d, %d warps", general_dims[k], (int)ch.kernel, ch.warps);
+        CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_ROWWISE, &ch), STOF_ERR_UNSUPPORTED);
+    }
+    /* A bias or cap: the sm_90 kernel's one-warpgroup variant where it runs,
+     * else block-wise; head dim 80 with one never reaches the sm_90 kernel. */
+    p = problem(1, 32, 8192, 128, 128, 64, 64.0);
+    p.mods = 1;
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_AUTO, &ch));
+    stof_attn_kernel want =
+        attn_sm90_usable(&d, 128, 128, 64) ? STOF_ATTN_BLOCKWISE_SM90 : STOF_ATTN_BLOCKWISE;
+    CHECK(ch.kernel == want && ch.warps == 4 && ch.block_m == 64, "a bias: kernel %d, %d warps",
+          (int)ch.kernel, ch.warps);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE && ch.warps == 4, "a bias, block-wise forced");
+    CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_ROWWISE, &ch), STOF_ERR_UNSUPPORTED);
+    p = problem(1, 32, 8192, 80, 128, 64, 64.0);
+    p.mods = 1;
+    CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90, &ch), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), "bias") != NULL, "message: %s", stof_last_error());
+    p = problem(1, 32, 8192, 128, 32, 32, 64.0);
+    p.mods = 1;
+    CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_AUTO, &ch), STOF_ERR_UNSUPPORTED);
     attn_device none = d;
     none.sm_count = 0;
     p = problem(4, 16, 4096, 64, 64, 64, 64.0);

@@ -5,7 +5,9 @@
  * end. Covers Lq != Lk, L = 1, D = 1..128, broadcast masks (stride 0), empty
  * rows (exact zeros), all-visible rows, large scores, and the permutation
  * property: reordering the keys, values and mask columns together changes
- * nothing.
+ * nothing. The extended form (cpu_attention_ex: grouped-query heads, soft
+ * cap, T5/ALiBi/tensor biases at offset positions) against a formula with
+ * each extra spelled out, and T5 buckets against values worked by hand.
  */
 #include "cpu/cpu_ref.h"
 #include "testlib.h"
@@ -252,12 +254,157 @@ static void test_null_mask(test_rng *r)
     case_free(&c);
 }
 
+/* Hugging Face's T5 buckets worked out by hand from its formula. */
+static void test_t5_buckets(void)
+{
+    static const struct {
+        int64_t rel;
+        int bidir, want;
+    } cases[] = {
+        {0, 1, 0},     {-1, 1, 1},    {1, 1, 17},     {-7, 1, 7},    {-8, 1, 8},    {-16, 1, 10},
+        {-127, 1, 15}, {-128, 1, 15}, {-1000, 1, 15}, {1000, 1, 31}, {16, 1, 26},   {5, 0, 0},
+        {-5, 0, 5},    {-16, 0, 16},  {-32, 0, 21},   {-64, 0, 26},  {-200, 0, 31}, {0, 0, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int got = cpu_t5_bucket(cases[k].rel, cases[k].bidir, 32, 128);
+        CHECK(got == cases[k].want, "T5 bucket of %lld (%s): %d, want %d", (long long)cases[k].rel,
+              cases[k].bidir ? "bidirectional" : "unidirectional", got, cases[k].want);
+    }
+}
+
+/* cpu_attention_ex against the dense formula with every extra spelled out:
+ * kv head h / (H / Hkv), cap, then the bias at query position i + off[b]. */
+static void reference_ex(const float *q, const float *k, const float *v, const uint8_t *mask,
+                         int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk, int64_t D,
+                         float scale, const cpu_attn_extra *x, float *out)
+{
+    double *p = malloc(sizeof(double) * (size_t)Lk);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t hk = h / (H / Hkv), off = x->off ? x->off[b] : 0;
+            const float *kh = k + (b * Hkv + hk) * Lk * D, *vh = v + (b * Hkv + hk) * Lk * D;
+            for (int64_t i = 0; i < Lq; i++) {
+                const float *qi = q + ((b * H + h) * Lq + i) * D;
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < Lk; j++) {
+                    double s = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        s += (double)qi[d] * kh[j * D + d];
+                    s *= scale;
+                    if (x->softcap > 0) s = x->softcap * tanh(s / x->softcap);
+                    int64_t rel = j - i - off;
+                    if (x->bias_kind == CPU_BIAS_T5)
+                        s += x->table[cpu_t5_bucket(rel, x->t5_bidirectional, x->t5_num_buckets,
+                                                    x->t5_max_distance) *
+                                          H +
+                                      h];
+                    if (x->bias_kind == CPU_BIAS_ALIBI) s += -x->table[h] * fabs((double)rel);
+                    if (x->bias_kind == CPU_BIAS_TENSOR)
+                        s += x->tensor[((b * H + h) * Lq + i) * Lk + j];
+                    p[j] = mask[(i * Lk) + j] ? s : -INFINITY;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int64_t j = 0; j < Lk; j++) {
+                    p[j] = mx == -INFINITY ? 0.0 : exp(p[j] - mx);
+                    sum += p[j];
+                }
+                for (int64_t d = 0; d < D; d++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < Lk; j++)
+                        acc += p[j] * vh[j * D + d];
+                    out[((b * H + h) * Lq + i) * D + d] = sum > 0 ? (float)(acc / sum) : 0.0f;
+                }
+            }
+        }
+    free(p);
+}
+
+static void test_extras(test_rng *r)
+{
+    for (int it = 0; it < 48; it++) {
+        const int64_t B = test_rng_int(r, 1, 2), Hkv = test_rng_int(r, 1, 2);
+        const int64_t group = (int64_t[]){1, 2, 4}[it % 3], H = Hkv * group;
+        const int64_t Lq = test_rng_int(r, 1, 24), Lk = test_rng_int(r, 1, 40);
+        const int64_t D = test_rng_int(r, 1, 40);
+        const float scale = test_rng_float(r, 0.1f, 1.0f);
+        const int64_t nq = B * H * Lq * D, nk = B * Hkv * Lk * D;
+        float *q = malloc(4 * (size_t)nq), *k = malloc(4 * (size_t)nk), *v = malloc(4 * (size_t)nk);
+        float *got = malloc(4 * (size_t)nq), *want = malloc(4 * (size_t)nq);
+        uint8_t *mask = malloc((size_t)(Lq * Lk));
+        float table[32 * 8], tensor[2 * 8 * 24 * 40];
+        int64_t off[2];
+        for (int64_t e = 0; e < nq; e++)
+            q[e] = test_rng_float(r, -2, 2);
+        for (int64_t e = 0; e < nk; e++) {
+            k[e] = test_rng_float(r, -2, 2);
+            v[e] = test_rng_float(r, -1, 1);
+        }
+        for (int64_t e = 0; e < Lq * Lk; e++)
+            mask[e] = test_rng_int(r, 0, 4) != 0;
+        for (int e = 0; e < 32 * 8; e++)
+            table[e] = test_rng_float(r, -3, 3);
+        for (int64_t e = 0; e < B * H * Lq * Lk; e++)
+            tensor[e] = test_rng_float(r, -4, 4);
+        for (int b = 0; b < 2; b++)
+            off[b] = test_rng_int(r, -5, 20);
+        cpu_attn_extra x;
+        memset(&x, 0, sizeof x);
+        x.bias_kind = it % 4;
+        x.table = table;
+        x.heads = (int)H;
+        x.t5_num_buckets = it % 8 < 4 ? 32 : 8;
+        x.t5_bidirectional = it % 2;
+        x.t5_max_distance = it % 8 < 4 ? 128 : 10;
+        x.tensor = tensor;
+        x.t_stride[0] = H * Lq * Lk;
+        x.t_stride[1] = Lq * Lk;
+        x.t_stride[2] = Lk;
+        x.t_stride[3] = 1;
+        x.softcap = it % 3 == 0 ? test_rng_float(r, 0.5f, 5.0f) : 0.0f;
+        x.off = off;
+        test_poison_f32(got, nq);
+        cpu_attention_ex(q, k, v, got, B, H, Hkv, Lq, Lk, D, mask, 0, 0, scale, &x);
+        reference_ex(q, k, v, mask, B, H, Hkv, Lq, Lk, D, scale, &x, want);
+        double err = 0;
+        for (int64_t e = 0; e < nq; e++)
+            err = fmax(err, fabs((double)got[e] - want[e]));
+        CHECK(err < 1e-5,
+              "extras case %d (bias %d, cap %g, H %lld / Hkv %lld, %lldx%lld, D %lld): "
+              "max error %g",
+              it, x.bias_kind, (double)x.softcap, (long long)H, (long long)Hkv, (long long)Lq,
+              (long long)Lk, (long long)D, err);
+        /* Grouped heads equal the same call with K and V repeated per query head. */
+        if (x.bias_kind == CPU_BIAS_NONE && x.softcap == 0.0f && group > 1) {
+            float *kr = malloc(4 * (size_t)(nk * group)), *vr = malloc(4 * (size_t)(nk * group));
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < H; h++) {
+                    size_t n = (size_t)(Lk * D), src = (size_t)((b * Hkv + h / group) * Lk * D);
+                    memcpy(kr + (b * H + h) * Lk * D, k + src, 4 * n);
+                    memcpy(vr + (b * H + h) * Lk * D, v + src, 4 * n);
+                }
+            cpu_attention(q, kr, vr, want, B, H, Lq, Lk, D, mask, 0, 0, scale);
+            CHECK(memcmp(got, want, 4 * (size_t)nq) == 0, "GQA %lld:%lld equals repeated K/V",
+                  (long long)H, (long long)Hkv);
+            free(kr);
+            free(vr);
+        }
+        free(q);
+        free(k);
+        free(v);
+        free(got);
+        free(want);
+        free(mask);
+    }
+}
+
 int main(void)
 {
     test_rng r;
     test_rng_init(&r, test_seed() ^ 0x44);
     test_by_hand();
     test_null_mask(&r);
+    test_t5_buckets();
+    test_extras(&r);
 
     attn_case fixed[] = {
         make_case(1, 1, 1, 1, 1, 1, 1),     make_case(1, 1, 1, 7, 3, 1, 1),

@@ -57,13 +57,15 @@ typedef struct ref_case {
 static const int32_t ref_list[] = {0, 7, 20};
 static const char *ref_layout[] = {"1100", "0110", "0011", "1001", "0000", "1111"};
 
-static bool ref_visible(const ref_case *c, int b, int lenk, int i, int j)
+/* off: the analytic parts' row offset (len_k - len_q bottom-right, 0 top-left). */
+static bool ref_visible(const ref_case *c, int b, int lenk, int off, int i, int j)
 {
+    const int a = i + off;
     switch (c->kind) {
     case K_FULL: return true;
-    case K_CAUSAL: return j <= i;
-    case K_WINDOW: return i - c->a <= j && j <= i + c->b;
-    case K_DILATED: return abs(i - j) <= c->a * c->b && (i - j) % c->b == 0;
+    case K_CAUSAL: return j <= a;
+    case K_WINDOW: return a - c->a <= j && j <= a + c->b;
+    case K_DILATED: return abs(a - j) <= c->a * c->b && (a - j) % c->b == 0;
     case K_GLOBAL: return i < c->a || j < c->a;
     case K_LIST:
         for (int k = 0; k < 3; k++)
@@ -93,9 +95,14 @@ static void test_known_answers(stof_ctx *ctx)
     static const int shapes[][2] = {{23, 23}, {17, 24}, {24, 9}, {1, 1}};
     static const int32_t lens_q[] = {23, 11}, lens_k[] = {23, 9};
     static const int tiles[] = {16, 32, 64, 128};
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    for (size_t kk = 0; kk < 2 * sizeof cases / sizeof cases[0]; kk++) {
+        /* Each case bottom-right (the default), then top-left. */
+        const size_t k = kk / 2;
+        const bool top_left = kk % 2;
+        char text[128];
+        snprintf(text, sizeof text, "%s%s", cases[k].text, top_left ? ",topleft" : "");
         stof_mask_spec *spec = NULL;
-        CHECK_OK(stof_mask_spec_parse(cases[k].text, &spec));
+        CHECK_OK(stof_mask_spec_parse(text, &spec));
         if (!spec) continue;
         for (int s = 0; s < 4; s++) {
             int lq = shapes[s][0], lk = shapes[s][1];
@@ -134,7 +141,9 @@ static void test_known_answers(stof_ctx *ctx)
                 int wrong = 0, wrong_oracle = 0;
                 for (int i = 0; i < lq; i++) {
                     for (int j = 0; j < lk; j++) {
-                        int want = i < lenq && j < lenk && ref_visible(&cases[k], b, lenk, i, j);
+                        int off = top_left ? 0 : lenk - lenq;
+                        int want =
+                            i < lenq && j < lenk && ref_visible(&cases[k], b, lenk, off, i, j);
                         nnz += want;
                         wrong += got[i * lk + j] != want;
                         wrong_oracle += oracle[i * lk + j] != want;
@@ -142,7 +151,7 @@ static void test_known_answers(stof_ctx *ctx)
                 }
                 CHECK(wrong == 0 && wrong_oracle == 0,
                       "%s at %dx%d tiles %dx%d, b %d: %d decoded and %d oracle elements wrong",
-                      cases[k].text, lq, lk, tm, tn, b, wrong, wrong_oracle);
+                      text, lq, lk, tm, tn, b, wrong, wrong_oracle);
             }
             stof_mask_stats stats;
             CHECK_OK(stof_mask_stats_get(m, &stats));
@@ -162,11 +171,12 @@ static void test_known_answers(stof_ctx *ctx)
 /* Tile classes of a few shapes worked out by hand. */
 static void test_tile_rule(stof_ctx *ctx)
 {
-    /* causal over 40 x 40, 16 x 16 tiles, len_q 20 and len_k 30 of entry 0:
-     * tile rows 0 and 1 are live (row 1 starts at 16 < 20), row 2 (32) is not;
-     * row 0: tile 0 partial (diagonal); row 1: tile 0 full, tile 1 partial. */
+    /* causal (top-left) over 40 x 40, 16 x 16 tiles, len_q 20 and len_k 30 of
+     * entry 0: tile rows 0 and 1 are live (row 1 starts at 16 < 20), row 2
+     * (32) is not; row 0: tile 0 partial (diagonal); row 1: tile 0 full, tile
+     * 1 partial. */
     stof_mask_spec *spec = NULL;
-    CHECK_OK(stof_mask_spec_parse("causal", &spec));
+    CHECK_OK(stof_mask_spec_parse("causal,topleft", &spec));
     int32_t lq[1] = {20}, lk[1] = {30};
     int64_t one = 1;
     stof_tensor tq = stof_tensor_make(lq, STOF_I32, STOF_MEM_HOST, 1, &one);
@@ -288,12 +298,13 @@ static void test_residue_split(stof_ctx *ctx)
     } cases[] = {
         {"dilated:3x4", 24, 24, 0, 4},
         {"dilated:128x2", 1024, 1024, 0, 2},
-        {"dilated:2x3,dilated:5x3", 30, 60, 0, 3},
-        {"dilated:0x7", 49, 14, 0, 7},
-        {"dilated:3x4", 24, 24, 1, 1},             /* lengths */
-        {"dilated:3x2", 25, 25, 0, 1},             /* 2 does not divide 25 */
-        {"dilated:3x2", 24, 23, 0, 1},             /* nor 23 */
-        {"dilated:3x1", 24, 24, 0, 1},             /* dilation 1: a window already */
+        {"dilated:2x3,dilated:5x3,topleft", 30, 60, 0, 3},
+        {"dilated:0x7,topleft", 49, 14, 0, 7},
+        {"dilated:2x3", 30, 60, 0, 1}, /* bottom-right with Lq != Lk: rows offset by 30 */
+        {"dilated:3x4", 24, 24, 1, 1}, /* lengths */
+        {"dilated:3x2", 25, 25, 0, 1}, /* 2 does not divide 25 */
+        {"dilated:3x2", 24, 23, 0, 1}, /* nor 23 */
+        {"dilated:3x1", 24, 24, 0, 1}, /* dilation 1: a window already */
         {"dilated:2x2,dilated:3x4", 24, 24, 0, 1}, /* two dilations */
         {"dilated:3x2,causal", 24, 24, 0, 1},
         {"dilated:3x2,global:1", 24, 24, 0, 1},

@@ -283,6 +283,11 @@ static void gen_case_make(test_rng *r, gen_case *g, gen_place_fn place, bool all
         g->n_parts += stof_mask_spec_add_causal(g->spec) == STOF_OK;
         gen_appendf(g, "causal,");
     }
+    /* One case in four top-left; the rest at the default bottom-right alignment. */
+    if (test_rng_int(r, 0, 3) == 0) {
+        stof_mask_spec_set_align(g->spec, STOF_ALIGN_TOP_LEFT);
+        gen_appendf(g, "topleft,");
+    }
 }
 
 static void gen_case_free(gen_case *g, gen_release_fn release)
@@ -429,7 +434,8 @@ static int check_tiles_against(const mask_tiles *t, int s, const uint8_t *plane,
 
 /* The residue split the compiler must store the case with (mask.h), read
  * from the spec's canonical text: every part "dilated:WxD" with one D > 1,
- * no lengths, D dividing both lengths. Else 1. */
+ * no lengths, D dividing both lengths, and no row offset (Lq == Lk or
+ * top-left alignment). Else 1. */
 static int gen_expected_split(const gen_case *g)
 {
     char text[1024];
@@ -438,12 +444,18 @@ static int gen_expected_split(const gen_case *g)
         stof_mask_spec_format(g->spec, text, sizeof text, &need) != STOF_OK || need > sizeof text)
         return 1;
     int d = 0;
+    bool top_left = false;
     for (char *part = strtok(text, ","); part; part = strtok(NULL, ",")) {
+        if (strcmp(part, "topleft") == 0) {
+            top_left = true;
+            continue;
+        }
         int w = 0, dd = 0, used = 0;
         if (sscanf(part, "dilated:%dx%d%n", &w, &dd, &used) != 2 || part[used] != '\0') return 1;
         if (d && dd != d) return 1;
         d = dd;
     }
+    if (!top_left && g->lq != g->lk) return 1;
     return d > 1 && g->lq % d == 0 && g->lk % d == 0 ? d : 1;
 }
 
@@ -504,8 +516,8 @@ static int check_mask_case(const gen_case *g, stof_mask *mask)
     uint8_t *tile_plane = malloc((size_t)rows * d * g->lk);
     for (int s = 0; s < t->n_inst && bad < 10; s++) {
         int b = t->bm > 1 ? s / t->hm : 0, hh = t->hm > 1 ? s % t->hm : 0;
-        st = stof_mask_spec_to_dense(g->spec, g->batch, g->heads, rows * d, g->lk, NULL, g->eff_k,
-                                     b, hh, tile_plane);
+        st = stof_mask_spec_tile_plane(g->spec, g->batch, g->heads, g->lq, g->lk, g->len_q,
+                                       g->len_k, b, hh, rows * d, tile_plane);
         if (st != STOF_OK) {
             fprintf(stderr, "  oracle (tiles): %s\n", stof_last_error());
             bad++;

@@ -61,6 +61,10 @@ static void test_valid_forms(void)
         {" window:128 , global:32 ,random:64x3@7 ", "window:128,global:32,random:64x3@7"},
         {"\twindow:1\n,\r causal", "window:1,causal"},
         {"causal,causal", "causal,causal"},
+        {"causal,topleft", "causal,topleft"},
+        {"topleft , window:3", "window:3,topleft"},
+        {"causal,bottomright", "causal"},
+        {"topleft,bottomright,causal", "causal"},
     };
     for (size_t k = 0; k < sizeof forms / sizeof forms[0]; k++)
         check_round_trip(forms[k][0], forms[k][1]);
@@ -254,6 +258,7 @@ static void test_builder_misuse(void)
     CHECK_STATUS(stof_mask_spec_add_dilated(NULL, 1, 1), STOF_ERR_INVALID_ARG);
     CHECK_STATUS(stof_mask_spec_add_global(NULL, 1), STOF_ERR_INVALID_ARG);
     CHECK_STATUS(stof_mask_spec_add_random(NULL, 1, 1, 0), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(stof_mask_spec_set_align(NULL, STOF_ALIGN_TOP_LEFT), STOF_ERR_INVALID_ARG);
     stof_mask_spec_destroy(NULL);
 
     stof_mask_spec *spec = NULL;

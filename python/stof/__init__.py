@@ -27,6 +27,8 @@ __all__ = ["StofError", "Mask", "CompiledMask", "MaskStats", "KernelChoice", "at
            "attention_select", "version", "gpu_count", "clear_cache", "cache_info",
            "library_path"]
 __all__ += ["Model", "Tokenizer"]
+from .attention import T5Bias  # noqa: E402  (decoder and T5 attention)
+__all__ += ["T5Bias"]
 
 
 def version():

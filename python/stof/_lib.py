@@ -70,7 +70,12 @@ class MaskStatsC(Structure):
 
 
 class AttnParams(Structure):
-    _fields_ = [("scale", c_float), ("kernel", c_int)]
+    _fields_ = [("scale", c_float), ("kernel", c_int), ("bias_kind", c_int),
+                ("bias", POINTER(Tensor)), ("t5_bidirectional", c_int),
+                ("t5_max_distance", c_int), ("softcap", c_float)]
+
+
+BIAS_KINDS = {"none": 0, "t5": 1, "alibi": 2, "tensor": 3}
 
 
 class AttnChoice(Structure):

@@ -16,6 +16,17 @@ from . import _arrays, _context, _lib
 from .mask import CompiledMask, as_mask, cache
 
 KernelChoice = namedtuple("KernelChoice", "kernel block_m block_n warps score split")
+
+
+class T5Bias:
+    """T5 relative-position bias for stof.attention(bias=...): table [num_buckets, H]
+    (float32, or anything torch/numpy turns into it), evaluated in the kernel with
+    Hugging Face's buckets (bidirectional: encoder; False: decoder)."""
+
+    def __init__(self, table, bidirectional=True, max_distance=128):
+        self.table = table
+        self.bidirectional = bool(bidirectional)
+        self.max_distance = int(max_distance)
 KernelChoice.__doc__ = ("What stof.attention would run: kernel ('blockwise', 'blockwise_sm90', "
                         "'rowwise' or 'cpu'), tile block_m x block_n, warps per CTA, selector "
                         "score, and split: the residue classes a dilated mask runs as sequences "
@@ -54,6 +65,19 @@ def _int32_on(x, like):
     return np.ascontiguousarray(np.asarray(x, dtype=np.int32))
 
 
+def _float32_on(x, like):
+    """A contiguous float32 array in the memory of `like` (q): tables and slopes."""
+    if _arrays.is_torch(like):
+        torch = _arrays.torch_module()
+        if _arrays.is_torch(x):
+            return x.detach().to(device=like.device, dtype=torch.float32).contiguous()
+        return torch.tensor(x, dtype=torch.float32, device=like.device)
+    np = _arrays.numpy_module()
+    if _arrays.is_torch(x):
+        x = x.detach().cpu().float().numpy()
+    return np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+
+
 def _seq_lengths(cu):
     """Per-sequence lengths from prefix sums, on cu's own device (no host read)."""
     if _arrays.is_torch(cu) or _arrays.is_numpy(cu):
@@ -75,13 +99,15 @@ class _Call:
     """Everything stof_attention needs, checked and described."""
 
     def __init__(self, q, k, v, mask, lengths, lengths_k, layout, cu_seqlens_q, cu_seqlens_k,
-                 max_seqlen_q, max_seqlen_k, scale, kernel):
+                 max_seqlen_q, max_seqlen_k, scale, kernel, bias=None, alibi=None, softcap=None):
         if kernel not in ("auto", "blockwise", "blockwise_sm90", "rowwise"):
             raise ValueError("kernel must be 'auto', 'blockwise', 'blockwise_sm90' or 'rowwise', "
                              f"got {kernel!r}")
         self.params = _lib.fn("stof_attn_default_params")()
         self.params.scale = 0.0 if scale is None else float(scale)
         self.params.kernel = _lib.KERNELS[kernel]
+        self.params.softcap = 0.0 if softcap is None else float(softcap)
+        self._bias(q, bias, alibi)
         device = _arrays.device_of(q)
         k = q if k is None else k
         for name, x in (("k", k), ("v", v)):
@@ -153,6 +179,30 @@ class _Call:
                              f"{'cpu' if self.ctx.kind == 'cpu' else f'cuda:{self.ctx.index}'}")
         return mask
 
+    def _bias(self, q, bias, alibi):
+        """params' bias: a T5Bias, ALiBi slopes or an additive tensor, as float32
+        (T5 and ALiBi) in q's memory; the arrays stay referenced by the call."""
+        if bias is not None and alibi is not None:
+            raise ValueError("give bias or alibi, not both")
+        self.bias_array = self.bias_desc = None
+        if bias is None and alibi is None:
+            return
+        if alibi is not None:
+            kind, array = "alibi", _float32_on(alibi, q)
+        elif isinstance(bias, T5Bias):
+            kind, array = "t5", _float32_on(bias.table, q)
+            self.params.t5_bidirectional = int(bias.bidirectional)
+            self.params.t5_max_distance = bias.max_distance
+        else:
+            if _arrays.is_torch(bias) != _arrays.is_torch(q):
+                raise TypeError("q and bias must both be torch tensors or both numpy arrays")
+            _same_device(_arrays.device_of(q), bias, "bias")
+            kind, array = "tensor", bias
+        self.bias_array = array
+        self.bias_desc = _arrays.describe(array)
+        self.params.bias_kind = _lib.BIAS_KINDS[kind]
+        self.params.bias = ctypes.pointer(self.bias_desc)
+
     def describe(self, x):
         return _arrays.describe(x, self.perm)
 
@@ -171,12 +221,19 @@ def _new_output(q):
 
 def attention(q, k, v, mask=None, scale=None, lengths=None, kernel="auto", layout="bhld",
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-              lengths_k=None, out=None):
-    """Masked multi-head attention: softmax(scale * q k^T over the mask) v.
+              lengths_k=None, out=None, bias=None, alibi=None, softcap=None):
+    """Masked multi-head attention: softmax(cap(scale * q k^T) + bias over the mask) v.
 
-    q, k, v: torch tensors (CUDA: float16/bfloat16, head dim 32/64/128, run on
-    torch.cuda.current_stream(); CPU: float32/float16/bfloat16) or numpy arrays
-    (CPU), all on one device.
+    q, k, v: torch tensors (CUDA: float16/bfloat16, head dim 32/64/80/96/128/256,
+    run on torch.cuda.current_stream(); CPU: float32/float16/bfloat16) or numpy
+    arrays (CPU), all on one device. k and v may have fewer heads than q
+    (grouped-query; 1: multi-query): their head count must divide q's.
+    Masks with Lq != Lk align bottom-right by default (the last query sees the
+    last key; "causal,topleft" for the other), and the biases follow.
+    bias: an additive tensor [B|1, H|1, Lq, Lk] (float32/16, bfloat16) or a
+    stof.T5Bias(table [num_buckets, H], bidirectional, max_distance); alibi: H
+    slopes (score -= slope * |key - query|); softcap: tanh cap of the scaled
+    scores (Gemma 2), applied before the bias.
     layout: "bhld" ([B, H, L, D]) or "blhd" ([B, L, H, D]); any strides with unit
     stride on D, nothing is copied.
     mask: a stof.Mask, a spec text ("window:128,global:32"), a CompiledMask, or
@@ -193,7 +250,7 @@ def attention(q, k, v, mask=None, scale=None, lengths=None, kernel="auto", layou
     if v is None:
         raise TypeError("attention needs v")
     call = _Call(q, k, v, mask, lengths, lengths_k, layout, cu_seqlens_q, cu_seqlens_k,
-                 max_seqlen_q, max_seqlen_k, scale, kernel)
+                 max_seqlen_q, max_seqlen_k, scale, kernel, bias, alibi, softcap)
     if out is None:
         out = _new_output(q)
     else:
@@ -211,11 +268,11 @@ def attention(q, k, v, mask=None, scale=None, lengths=None, kernel="auto", layou
 
 def attention_select(q, k=None, v=None, mask=None, scale=None, lengths=None, kernel="auto",
                      layout="bhld", cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                     max_seqlen_k=None, lengths_k=None):
+                     max_seqlen_k=None, lengths_k=None, bias=None, alibi=None, softcap=None):
     """The KernelChoice stof.attention would make for the same arguments (k
     defaults to q's shape; nothing runs, though the mask is compiled and cached)."""
     call = _Call(q, k, v, mask, lengths, lengths_k, layout, cu_seqlens_q, cu_seqlens_k,
-                 max_seqlen_q, max_seqlen_k, scale, kernel)
+                 max_seqlen_q, max_seqlen_k, scale, kernel, bias, alibi, softcap)
     tq = call.describe(q)
     choice = _lib.AttnChoice()
     with _on_device(call.ctx):

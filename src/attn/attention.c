@@ -10,6 +10,7 @@
  */
 #include "attn/attn.h"
 #include "attn/select.h"
+#include "cpu/cpu_ref.h"
 
 #include <math.h>
 #include <string.h>
@@ -35,6 +36,20 @@ static stof_status check_params(const stof_attn_params *p)
 {
     STOF_REQUIRE(isfinite(p->scale), STOF_ERR_INVALID_ARG, "attention scale is %g (must be finite)",
                  (double)p->scale);
+    STOF_REQUIRE(isfinite(p->softcap) && p->softcap >= 0.0f, STOF_ERR_INVALID_ARG,
+                 "attention softcap is %g (must be 0, none, or a finite positive cap)",
+                 (double)p->softcap);
+    STOF_REQUIRE(
+        p->bias_kind >= STOF_BIAS_NONE && p->bias_kind <= STOF_BIAS_TENSOR, STOF_ERR_INVALID_ARG,
+        "attention bias_kind %d is not NONE, T5, ALIBI or TENSOR (0 to 3)", (int)p->bias_kind);
+    STOF_REQUIRE(p->bias_kind != STOF_BIAS_NONE || p->bias == NULL, STOF_ERR_INVALID_ARG,
+                 "attention bias is given but bias_kind is NONE");
+    STOF_REQUIRE(p->bias_kind == STOF_BIAS_NONE || p->bias != NULL, STOF_ERR_INVALID_ARG,
+                 "attention bias_kind %d needs its table, slopes or tensor in params->bias "
+                 "(NULL)",
+                 (int)p->bias_kind);
+    STOF_REQUIRE(p->t5_max_distance >= 0, STOF_ERR_INVALID_ARG,
+                 "attention t5_max_distance is %d (0: 128, else positive)", p->t5_max_distance);
     STOF_REQUIRE(p->kernel == STOF_ATTN_AUTO || p->kernel == STOF_ATTN_BLOCKWISE ||
                      p->kernel == STOF_ATTN_ROWWISE || p->kernel == STOF_ATTN_BLOCKWISE_SM90,
                  STOF_ERR_INVALID_ARG,
@@ -125,8 +140,97 @@ static stof_status check_q_layout(const stof_ctx *ctx, const stof_tensor *q, con
                  (long long)q->stride[q->ndim - 1]);
     if (ctx->device == STOF_DEVICE_GPU)
         STOF_REQUIRE(attn_head_dim_supported((int)s->D), STOF_ERR_UNSUPPORTED,
-                     "head dim %lld is not supported on the GPU (32, 64 or 128)", (long long)s->D);
+                     "head dim %lld is not supported on the GPU (32, 64, 80, 96, 128 or 256)",
+                     (long long)s->D);
     return STOF_OK;
+}
+
+/* kv heads from k (checked against v by check_operand): they must divide H. */
+static stof_status check_kv_heads(const stof_tensor *k, attn_shape *s)
+{
+    STOF_TRY(stof_tensor_check(k, "k"));
+    STOF_REQUIRE(k->ndim == (s->packed ? 3 : 4), STOF_ERR_SHAPE,
+                 "tensor k has %d dimensions; q has %d", k->ndim, s->packed ? 3 : 4);
+    s->Hkv = k->shape[1];
+    STOF_REQUIRE(s->Hkv >= 1 && s->H % s->Hkv == 0, STOF_ERR_SHAPE,
+                 "k has %lld kv heads, which do not divide q's %lld heads (grouped-query "
+                 "attention needs H %% Hkv == 0)",
+                 (long long)s->Hkv, (long long)s->H);
+    return STOF_OK;
+}
+
+/* The bias tensor of params against the shape (stof.h's bias_kind). */
+static stof_status check_bias(const stof_ctx *ctx, const stof_attn_params *p, const attn_shape *s)
+{
+    if (p->bias_kind == STOF_BIAS_NONE) return STOF_OK;
+    const stof_tensor *t = p->bias;
+    STOF_TRY(stof_tensor_check(t, "bias"));
+    STOF_TRY(stof_tensor_check_memory(ctx, t, "bias"));
+    if (p->bias_kind == STOF_BIAS_T5) {
+        STOF_REQUIRE(t->dtype == STOF_F32 && t->ndim == 2 && t->shape[1] == s->H, STOF_ERR_SHAPE,
+                     "T5 bias table is %s with %d dimensions [%lld, %lld]; want f32 "
+                     "[num_buckets, H=%lld]",
+                     stof_dtype_name(t->dtype), t->ndim, (long long)t->shape[0],
+                     (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)s->H);
+        const int64_t nb = t->shape[0];
+        const int64_t n = p->t5_bidirectional ? nb / 2 : nb;
+        const int maxd = p->t5_max_distance ? p->t5_max_distance : 128;
+        STOF_REQUIRE(n >= 2 && (!p->t5_bidirectional || nb % 2 == 0), STOF_ERR_SHAPE,
+                     "T5 bias table has %lld buckets; want at least %d%s", (long long)nb,
+                     p->t5_bidirectional ? 4 : 2, p->t5_bidirectional ? ", an even number" : "");
+        STOF_REQUIRE(maxd > n / 2, STOF_ERR_INVALID_ARG,
+                     "T5 max_distance %d must exceed the %lld exact buckets", maxd,
+                     (long long)(n / 2));
+        if (ctx->device == STOF_DEVICE_GPU) {
+            STOF_REQUIRE(n - n / 2 - 1 <= ATTN_T5_MAX_LEVELS && maxd <= ATTN_T5_MAX_DISTANCE,
+                         STOF_ERR_UNSUPPORTED,
+                         "T5 bias with %lld buckets%s and max_distance %d: the GPU serves at "
+                         "most %d logarithmic buckets per direction and max_distance %d",
+                         (long long)nb, p->t5_bidirectional ? " (bidirectional)" : "", maxd,
+                         ATTN_T5_MAX_LEVELS, ATTN_T5_MAX_DISTANCE);
+        }
+    } else if (p->bias_kind == STOF_BIAS_ALIBI) {
+        STOF_REQUIRE(t->dtype == STOF_F32 && t->ndim == 1 && t->shape[0] == s->H, STOF_ERR_SHAPE,
+                     "ALiBi slopes are %s with %d dimensions [%lld]; want f32 [H=%lld]",
+                     stof_dtype_name(t->dtype), t->ndim, (long long)t->shape[0], (long long)s->H);
+    } else {
+        STOF_REQUIRE(t->dtype == STOF_F32 || t->dtype == STOF_F16 || t->dtype == STOF_BF16,
+                     STOF_ERR_SHAPE, "bias tensor is %s; want f32, f16 or bf16",
+                     stof_dtype_name(t->dtype));
+        STOF_REQUIRE(t->ndim == 4 && (t->shape[0] == 1 || t->shape[0] == s->B) &&
+                         (t->shape[1] == 1 || t->shape[1] == s->H) && t->shape[2] == s->Lq &&
+                         t->shape[3] == s->Lk,
+                     STOF_ERR_SHAPE,
+                     "bias tensor has %d dimensions [%lld, %lld, %lld, %lld]; want [B|1, H|1, "
+                     "Lq, Lk] = [%lld|1, %lld|1, %lld, %lld]",
+                     t->ndim, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
+                     (long long)(t->ndim > 2 ? t->shape[2] : 0),
+                     (long long)(t->ndim > 3 ? t->shape[3] : 0), (long long)s->B, (long long)s->H,
+                     (long long)s->Lq, (long long)s->Lk);
+    }
+    return STOF_OK;
+}
+
+void attn_t5_levels(const stof_attn_params *p, attn_mods *m)
+{
+    const int nb = (int)p->bias->shape[0];
+    const int n = p->t5_bidirectional ? nb / 2 : nb;
+    m->t5_bidirectional = p->t5_bidirectional != 0;
+    m->t5_num_buckets = nb;
+    m->t5_max_distance = p->t5_max_distance ? p->t5_max_distance : 128;
+    m->t5_exact = n / 2;
+    m->t5_levels = n - n / 2 - 1;
+    /* A negative relative position adds no direction offset: its bucket is
+     * the distance's bucket in one direction. Distances from max_distance on
+     * all take the last bucket. */
+    int level = 0;
+    for (int r = m->t5_exact; r <= m->t5_max_distance && level < m->t5_levels; r++) {
+        int bk = cpu_t5_bucket(-(int64_t)r, m->t5_bidirectional, nb, m->t5_max_distance);
+        while (level < m->t5_levels && bk >= m->t5_exact + 1 + level)
+            m->t5_thr[level++] = r;
+    }
+    while (level < m->t5_levels)
+        m->t5_thr[level++] = m->t5_max_distance;
 }
 
 /* k, v or out against the shape q fixed. */
@@ -140,21 +244,23 @@ static stof_status check_operand(const stof_ctx *ctx, const stof_tensor *x, cons
     int nd = s->packed ? 3 : 4;
     STOF_REQUIRE(x->ndim == nd, STOF_ERR_SHAPE, "tensor %s has %d dimensions; q has %d", name,
                  x->ndim, nd);
+    const int64_t H = is_key ? s->Hkv : s->H;
     if (s->packed) {
-        STOF_REQUIRE(x->shape[1] == s->H && x->shape[2] == s->D, STOF_ERR_SHAPE,
-                     "tensor %s is [%lld, %lld, %lld]; want [T, H=%lld, D=%lld]", name,
+        STOF_REQUIRE(x->shape[1] == H && x->shape[2] == s->D, STOF_ERR_SHAPE,
+                     "tensor %s is [%lld, %lld, %lld]; want [T, %s=%lld, D=%lld]", name,
                      (long long)x->shape[0], (long long)x->shape[1], (long long)x->shape[2],
-                     (long long)s->H, (long long)s->D);
+                     is_key ? "Hkv" : "H", (long long)H, (long long)s->D);
     } else {
         int64_t L = is_key ? s->Lk : s->Lq;
-        STOF_REQUIRE(x->shape[0] == s->B && x->shape[1] == s->H && x->shape[2] == L &&
+        STOF_REQUIRE(x->shape[0] == s->B && x->shape[1] == H && x->shape[2] == L &&
                          x->shape[3] == s->D,
                      STOF_ERR_SHAPE,
-                     "tensor %s is [%lld, %lld, %lld, %lld]; want [B=%lld, H=%lld, %s=%lld, "
+                     "tensor %s is [%lld, %lld, %lld, %lld]; want [B=%lld, %s=%lld, %s=%lld, "
                      "D=%lld] (the mask was compiled for Lq=%lld, Lk=%lld)",
                      name, (long long)x->shape[0], (long long)x->shape[1], (long long)x->shape[2],
-                     (long long)x->shape[3], (long long)s->B, (long long)s->H, is_key ? "Lk" : "Lq",
-                     (long long)L, (long long)s->D, (long long)s->Lq, (long long)s->Lk);
+                     (long long)x->shape[3], (long long)s->B, is_key ? "Hkv" : "H", (long long)H,
+                     is_key ? "Lk" : "Lq", (long long)L, (long long)s->D, (long long)s->Lq,
+                     (long long)s->Lk);
     }
     STOF_REQUIRE(x->stride[nd - 1] == 1 || x->shape[nd - 1] == 1, STOF_ERR_SHAPE,
                  "tensor %s has stride %lld on its last dimension (must be 1)", name,
@@ -206,6 +312,7 @@ static stof_status check_all(stof_ctx *ctx, const stof_attn_params *p, const sto
                  cu_q ? "q" : "k", cu_q ? "k" : "q");
     bool packed = cu_q != NULL;
     STOF_TRY(check_q_layout(ctx, q, t, packed, s));
+    STOF_TRY(check_kv_heads(k, s));
     STOF_TRY(check_operand(ctx, k, "k", s, true));
     STOF_TRY(check_operand(ctx, v, "v", s, true));
     STOF_TRY(check_operand(ctx, out, "out", s, false));
@@ -233,6 +340,9 @@ static stof_status check_all(stof_ctx *ctx, const stof_attn_params *p, const sto
                      "as a sequence): the GPU kernels take at most 65535 in all",
                      (long long)s->H, split);
     }
+    STOF_TRY(check_bias(ctx, p, s));
+    s->mods = p->bias_kind != STOF_BIAS_NONE || p->softcap > 0.0f;
+    s->params = p;
     s->scale = p->scale != 0.0f ? p->scale : (float)(1.0 / sqrt((double)s->D));
     return STOF_OK;
 }
@@ -264,6 +374,7 @@ static attn_problem problem_of(const attn_shape *s, stof_mask *mask)
     p.tiles_per_row = e ? e->tiles_per_row : (double)t->n_tcol;
     p.row_imbalance = e ? e->row_imbalance : 1.0;
     p.even_full = t->all_visible && t->bm == 1 && t->split == 1;
+    p.mods = s->mods;
     return p;
 }
 
@@ -309,6 +420,26 @@ static stof_status choose(stof_ctx *ctx, const stof_attn_params *p, const attn_s
     return STOF_OK;
 }
 
+/* The score modifiers (attn_mods) of a validated call. */
+static void fill_mods(const attn_shape *s, attn_launch *a)
+{
+    const stof_attn_params *p = s->params;
+    attn_mods *m = &a->mods;
+    m->bias_kind = p->bias_kind;
+    m->softcap = p->softcap;
+    if (p->bias_kind == STOF_BIAS_NONE) return;
+    const stof_tensor *t = p->bias;
+    m->bias = t->data;
+    m->bias_dtype = t->dtype;
+    for (int d = 0; d < t->ndim; d++)
+        m->bias_st[d] = t->shape[d] == 1 ? 0 : t->stride[d];
+    if (p->bias_kind == STOF_BIAS_T5) attn_t5_levels(p, m);
+    if (p->bias_kind == STOF_BIAS_TENSOR) {
+        m->bias_lq = (int)t->shape[2];
+        m->bias_lk = (int)t->shape[3];
+    }
+}
+
 /* The launch description (attn.h). A split mask runs as d classes per head:
  * rows d apart (the row stride times d), the class's first row one token on. */
 static void fill_launch(const attn_shape *s, const stof_tensor *q, const stof_tensor *k,
@@ -351,6 +482,9 @@ static void fill_launch(const attn_shape *s, const stof_tensor *q, const stof_te
     a->head_dim = (int)s->D;
     a->bf16 = s->dtype == STOF_BF16;
     a->scale_log2 = (float)((double)s->scale * 1.4426950408889634);
+    a->scale = s->scale;
+    a->kv_group = (int)(s->H / s->Hkv);
+    fill_mods(s, a);
 }
 
 stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
@@ -392,6 +526,10 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
                          ch.warps, ch.block_m, (long long)s.D, t->tile_m, t->tile_n);
         } else if (ch.kernel == STOF_ATTN_BLOCKWISE) {
             if (ch.block_m == 0) ch.block_m = 16 * ch.warps; /* one m-block per warp */
+            STOF_REQUIRE(!s.mods || (ch.warps == 4 && ch.block_m == 64), STOF_ERR_UNSUPPORTED,
+                         "a bias or soft cap runs on the block-wise kernel with 4 warps of "
+                         "64-row blocks (asked: %d warps, %d-row blocks)",
+                         ch.warps, ch.block_m);
             STOF_REQUIRE(attn_blockwise_available((int)s.D, t->tile_m, t->tile_n, ch.warps,
                                                   ch.block_m),
                          STOF_ERR_UNSUPPORTED,
@@ -442,6 +580,7 @@ stof_status stof_attention_select(stof_ctx *ctx, const stof_attn_params *params,
     STOF_REQUIRE(q, STOF_ERR_INVALID_ARG, "tensor q is NULL");
     attn_shape s;
     STOF_TRY(check_q_layout(ctx, q, stof_mask_tiles_view(mask), q->ndim == 3, &s));
+    s.mods = p.bias_kind != STOF_BIAS_NONE || p.softcap > 0.0f;
     return choose(ctx, &p, &s, mask, out);
 }
 

@@ -24,6 +24,27 @@
 extern "C" {
 #endif
 
+/* Most T5 buckets past the exact ones (thresholds the kernel compares
+ * distances with) and the largest max_distance the GPU serves (its table of
+ * 2 * max_distance + 1 biases sits in shared memory). */
+#define ATTN_T5_MAX_LEVELS 64
+#define ATTN_T5_MAX_DISTANCE 2048
+
+/* The score modifiers of one launch (stof.h's bias_kind and softcap). */
+typedef struct attn_mods {
+    int bias_kind;        /* STOF_BIAS_* */
+    float softcap;        /* > 0: cap(x) = softcap tanh(x / softcap) */
+    const void *bias;     /* T5 table, ALiBi slopes (F32) or the tensor */
+    int64_t bias_st[4];   /* element strides: T5 (bucket, head); ALiBi (head); tensor (b, h,
+                             i, j), 0 on broadcast dimensions */
+    int bias_dtype;       /* the tensor's stof_dtype */
+    int bias_lq, bias_lk; /* the tensor's Lq, Lk */
+    int t5_bidirectional, t5_num_buckets, t5_max_distance;
+    int t5_exact;                       /* buckets taken one distance each */
+    int t5_levels;                      /* thresholds in t5_thr */
+    int32_t t5_thr[ATTN_T5_MAX_LEVELS]; /* least distance of bucket t5_exact + 1 + k */
+} attn_mods;
+
 typedef struct attn_launch {
     const void *q, *k, *v;
     void *out;
@@ -40,6 +61,9 @@ typedef struct attn_launch {
     float scale_log2; /* softmax scale times log2(e): scores go through exp2 */
     int pdl;          /* launch with programmatic dependent launch (src/core/launch.cuh) */
     int heavy_first;  /* block-wise grids: the launch order of mma.cuh's attn_block_order */
+    int kv_group;     /* query heads per kv head (real heads; 1: MHA) */
+    float scale;      /* the softmax scale (score modifiers work in natural units) */
+    attn_mods mods;   /* read only by the modifier variants (block-wise and sm_90 kernels) */
 } attn_launch;
 
 /* What validation learned about one call (attention.c). Lq and Lk are the
@@ -48,6 +72,9 @@ typedef struct attn_shape {
     bool packed;
     stof_dtype dtype;
     int64_t B, H, Lq, Lk, D;
+    int64_t Hkv;                    /* kv heads (k's shape), dividing H */
+    bool mods;                      /* a bias or a soft cap: modifier variants serve it */
+    const stof_attn_params *params; /* the call's (validated) */
     int64_t Tq, Tk;
     float scale; /* resolved: never 0 */
 } attn_shape;
@@ -58,6 +85,9 @@ typedef struct attn_shape {
 stof_status attn_cpu_run(const attn_shape *s, const stof_tensor *q, const stof_tensor *k,
                          const stof_tensor *v, stof_mask *mask, const stof_tensor *cu_q,
                          const stof_tensor *cu_k, stof_tensor *out);
+
+/* The T5 bucket thresholds of params p into m (validated params). */
+void attn_t5_levels(const stof_attn_params *p, attn_mods *m);
 
 /* stof_attention with the kernel configuration given instead of selected
  * (choice: kernel BLOCKWISE with its warps, or ROWWISE; NULL: the selector

@@ -3,7 +3,9 @@
  * contiguous fp32, run through cpu_attention with the dense mask plane decoded
  * from the compiled tiles, and scattered back in the caller's dtype and
  * strides. Packed batches run sequence by sequence on the top-left
- * len_q x len_k corner of the plane.
+ * len_q x len_k corner of the plane. Grouped-query heads gather their kv
+ * head; biases and the soft cap go through cpu_attention_ex's extras, with
+ * tables and bias tensors converted to contiguous fp32 once per call.
  *
  * The one non-obvious choice: the mask is decoded from the compiled tiles
  * (stof_mask_decode), not re-derived from the spec, so the CPU backend sees
@@ -21,6 +23,10 @@ typedef struct cpu_bufs {
     float *q, *k, *v, *o;
     uint8_t *plane, *sub;
     int decoded; /* instance whose plane is in `plane`, -1: none */
+    cpu_attn_extra x;
+    float *table;  /* T5 table or ALiBi slopes, contiguous */
+    float *tensor; /* bias tensor, contiguous over its own shape */
+    int64_t *off;  /* [B] row offsets */
 } cpu_bufs;
 
 /* Element offset of row `row` of (b, h): padded (b, h, row) or packed (token row, h). */
@@ -66,12 +72,15 @@ static stof_status run_padded(const attn_shape *s, const stof_tensor *q, const s
 {
     for (int64_t b = 0; b < s->B; b++) {
         for (int64_t h = 0; h < s->H; h++) {
+            const int64_t hk = h / (s->H / s->Hkv);
             STOF_TRY(decode_plane(s, mask, b, h, w));
             gather_rows(q, false, b, h, 0, s->Lq, s->D, w->q);
-            gather_rows(k, false, b, h, 0, s->Lk, s->D, w->k);
-            gather_rows(v, false, b, h, 0, s->Lk, s->D, w->v);
-            cpu_attention(w->q, w->k, w->v, w->o, 1, 1, s->Lq, s->Lk, s->D, w->plane, 0, 0,
-                          s->scale);
+            gather_rows(k, false, b, hk, 0, s->Lk, s->D, w->k);
+            gather_rows(v, false, b, hk, 0, s->Lk, s->D, w->v);
+            w->x.b0 = b;
+            w->x.h0 = h;
+            cpu_attention_ex(w->q, w->k, w->v, w->o, 1, 1, 1, s->Lq, s->Lk, s->D, w->plane, 0, 0,
+                             s->scale, &w->x);
             scatter_rows(w->o, false, b, h, 0, s->Lq, s->D, out);
         }
     }
@@ -104,16 +113,75 @@ static stof_status run_packed(const attn_shape *s, const stof_tensor *q, const s
     for (int64_t b = 0; b < s->B; b++) {
         int64_t lq = cu_q[b + 1] - cu_q[b], lk = cu_k[b + 1] - cu_k[b];
         if (lq == 0) continue;
+        w->off[b] = stof_mask_tiles_view(mask)->align_end ? lk - lq : 0;
         for (int64_t h = 0; h < s->H; h++) {
+            const int64_t hk = h / (s->H / s->Hkv);
             STOF_TRY(decode_plane(s, mask, b, h, w));
             for (int64_t i = 0; i < lq; i++)
                 memcpy(w->sub + i * lk, w->plane + i * s->Lk, lk);
             gather_rows(q, true, b, h, cu_q[b], lq, s->D, w->q);
-            gather_rows(k, true, b, h, cu_k[b], lk, s->D, w->k);
-            gather_rows(v, true, b, h, cu_k[b], lk, s->D, w->v);
-            cpu_attention(w->q, w->k, w->v, w->o, 1, 1, lq, lk, s->D, w->sub, 0, 0, s->scale);
+            gather_rows(k, true, b, hk, cu_k[b], lk, s->D, w->k);
+            gather_rows(v, true, b, hk, cu_k[b], lk, s->D, w->v);
+            w->x.b0 = b;
+            w->x.h0 = h;
+            cpu_attention_ex(w->q, w->k, w->v, w->o, 1, 1, 1, lq, lk, s->D, w->sub, 0, 0, s->scale,
+                             &w->x);
             scatter_rows(w->o, true, b, h, cu_q[b], lq, s->D, out);
         }
+    }
+    return STOF_OK;
+}
+
+/* Row offsets of the padded layout (from the mask's lengths; the packed
+ * layout fills them from cu_seqlens as it goes). */
+static void fill_offsets(const attn_shape *s, stof_mask *mask, int64_t *off)
+{
+    const mask_tiles *t = stof_mask_tiles_view(mask);
+    for (int64_t b = 0; b < s->B; b++) {
+        const int bi = t->bm > 1 ? (int)b : 0;
+        off[b] = s->packed ? 0 : mask_tiles_offset(t, t->len_q[bi], t->len_k[bi]);
+    }
+}
+
+/* params' bias as contiguous fp32 in w (a table or slopes, or the tensor over
+ * its own broadcast shape). */
+static stof_status fill_bias(const attn_shape *s, cpu_bufs *w)
+{
+    const stof_attn_params *p = s->params;
+    cpu_attn_extra *x = &w->x;
+    x->bias_kind = p->bias_kind;
+    x->softcap = p->softcap;
+    x->heads = (int)s->H;
+    if (p->bias_kind == STOF_BIAS_NONE) return STOF_OK;
+    const stof_tensor *t = p->bias;
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->shape[d];
+    float *dst = NULL;
+    STOF_TRY(stof_host_alloc((size_t)n * sizeof(float), (void **)&dst));
+    int64_t idx[4] = {0, 0, 0, 0};
+    for (int64_t e = 0; e < n; e++) {
+        int64_t src = 0, rest = e;
+        for (int d = t->ndim - 1; d >= 0; d--) {
+            idx[d] = rest % t->shape[d];
+            rest /= t->shape[d];
+            src += idx[d] * t->stride[d];
+        }
+        dst[e] = stof_load_f(t->data, t->dtype, src);
+    }
+    if (p->bias_kind == STOF_BIAS_TENSOR) {
+        w->tensor = dst;
+        x->tensor = dst;
+        x->t_stride[3] = 1;
+        x->t_stride[2] = t->shape[3];
+        x->t_stride[1] = t->shape[1] == 1 ? 0 : t->shape[2] * t->shape[3];
+        x->t_stride[0] = t->shape[0] == 1 ? 0 : t->shape[1] * t->shape[2] * t->shape[3];
+    } else {
+        w->table = dst;
+        x->table = dst;
+        x->t5_num_buckets = (int)t->shape[0];
+        x->t5_bidirectional = p->t5_bidirectional != 0;
+        x->t5_max_distance = p->t5_max_distance ? p->t5_max_distance : 128;
     }
     return STOF_OK;
 }
@@ -132,7 +200,12 @@ stof_status attn_cpu_run(const attn_shape *s, const stof_tensor *q, const stof_t
     memset(&w, 0, sizeof w);
     w.decoded = -1;
     size_t plane = (size_t)s->Lq * (size_t)s->Lk;
-    stof_status st = STOF_OK;
+    stof_status st = stof_host_alloc((size_t)s->B * sizeof(int64_t), (void **)&w.off);
+    if (st == STOF_OK) {
+        fill_offsets(s, mask, w.off);
+        w.x.off = w.off;
+        st = fill_bias(s, &w);
+    }
     if (st == STOF_OK) st = stof_host_alloc((size_t)(s->Lq * s->D) * sizeof(float), (void **)&w.q);
     if (st == STOF_OK) st = stof_host_alloc((size_t)(s->Lk * s->D) * sizeof(float), (void **)&w.k);
     if (st == STOF_OK) st = stof_host_alloc((size_t)(s->Lk * s->D) * sizeof(float), (void **)&w.v);
@@ -152,5 +225,8 @@ stof_status attn_cpu_run(const attn_shape *s, const stof_tensor *q, const stof_t
     free(w.o);
     free(w.plane);
     free(w.sub);
+    free(w.off);
+    free(w.table);
+    free(w.tensor);
     return st;
 }

@@ -15,10 +15,15 @@
  * 64-row CTAs (twice the CTAs for short or few sequences); the selector
  * picks. Shared-memory rows are padded by 16 bytes, which spreads the eight
  * rows of every ldmatrix and cp.async phase over distinct bank groups.
+ *
+ * Modifier variants (MODS = 1, 4 warps of 64 rows, every head dim) take the
+ * scores through mods.cuh (soft cap, T5/ALiBi/tensor bias) instead of the
+ * plain scale; head dims 80, 96 and 256 have only that configuration.
  */
 #include "attn/attn.h"
 #include "attn/bits.h"
 #include "attn/mma.cuh"
+#include "attn/mods.cuh"
 #include "attn/select.h"
 #include "core/launch.cuh"
 
@@ -222,10 +227,13 @@ static __device__ __forceinline__ void store_output(float o[D / 8][4], const flo
  * (8-warp CTAs) at head dim 64, 8 at head dim 128; warps holding two m-blocks
  * need about twice the accumulators, so they aim at 8 warps per SM. */
 #define BW_MIN_CTAS(D, WARPS, MW)                                                                  \
-    ((MW) == 2 ? 8 / (WARPS)                                                                       \
-               : (D) <= 32 ? 16 / (WARPS) : (D) <= 64 ? ((WARPS) == 4 ? 3 : 1) : 8 / (WARPS))
+    ((D) > 128   ? 1                                                                               \
+     : (MW) == 2 ? 8 / (WARPS)                                                                     \
+     : (D) <= 32 ? 16 / (WARPS)                                                                    \
+     : (D) <= 64 ? ((WARPS) == 4 ? 3 : 1)                                                          \
+                 : 8 / (WARPS))
 
-template <int D, int WARPS, int MW, int BF16>
+template <int D, int WARPS, int MW, int BF16, int MODS>
 __global__ void __launch_bounds__(WARPS * 32, BW_MIN_CTAS(D, WARPS, MW))
     attn_blockwise_kernel(const attn_launch a)
 {
@@ -265,6 +273,10 @@ __global__ void __launch_bounds__(WARPS * 32, BW_MIN_CTAS(D, WARPS, MW))
         const int64_t row = ok ? row0 + r : 0;
         cp_async16(smem_addr(sq + r * PITCH + c * 8), s.q + row * a.q_sl + c * 8, ok ? 16 : 0);
     }
+    attn_mod_ctx mc;
+    if constexpr (MODS)
+        mc = attn_mod_setup(&a, &s, b, h, (float *)(sv + 2 * BW_BLOCK_N * PITCH), THREADS,
+                            ATTN_LOG2E);
     int col = t->col[e0], bits = t->bits[e0];
     const uint32_t sk_addr = smem_addr(sk), sv_addr = smem_addr(sv);
     const uint32_t stage_bytes = BW_BLOCK_N * PITCH * 2;
@@ -338,11 +350,16 @@ __global__ void __launch_bounds__(WARPS * 32, BW_MIN_CTAS(D, WARPS, MW))
         scores_qk<D, MW, BF16>(sc, qf, sk_addr + stage * stage_bytes + k_lane_offset<D>(lane));
 #pragma unroll
         for (int mi = 0; mi < MW; mi++) {
+            if constexpr (MODS) {
+                attn_apply_mods<BW_BLOCK_N / 8>(
+                    sc[mi], mc, row0 + warp * WM + mi * 16 + (lane >> 2), key0 + 2 * (lane & 3));
+            } else {
 #pragma unroll
-            for (int j = 0; j < BW_BLOCK_N / 8; j++)
+                for (int j = 0; j < BW_BLOCK_N / 8; j++)
 #pragma unroll
-                for (int q = 0; q < 4; q++)
-                    sc[mi][j][q] *= a.scale_log2;
+                    for (int q = 0; q < 4; q++)
+                        sc[mi][j][q] *= a.scale_log2;
+            }
             if (masked) apply_tile_mask(sc[mi], w_lo[mi] >> shift, w_hi[mi] >> shift);
             softmax_online<D>(sc[mi], m[mi], l[mi], o[mi]);
         }
@@ -362,24 +379,36 @@ __global__ void __launch_bounds__(WARPS * 32, BW_MIN_CTAS(D, WARPS, MW))
  * for head dims 32/64/128, and 4 warps of two m-blocks (128-row CTAs with half
  * the shared-memory traffic per flop) for head dims 32/64, where the doubled
  * accumulators still fit the register file (2 such warps on 64-row tiles would
- * spill at head dim 64: the K/V loads of a 64-thread CTA need the registers). */
+ * spill at head dim 64: the K/V loads of a 64-thread CTA need the registers);
+ * 4 warps of one m-block for head dims 80, 96 and 256, and the modifier
+ * variants at every head dim. */
 typedef void (*bw_kernel_fn)(const attn_launch);
 typedef struct bw_variant {
-    int head_dim, warps, mw, bf16;
+    int head_dim, warps, mw, bf16, mods;
     bw_kernel_fn fn;
 } bw_variant;
 
-#define BW_VARIANT(D, W, MW)                                                                       \
-    {D, W, MW, 0, attn_blockwise_kernel<D, W, MW, 0>}, {D, W, MW, 1, attn_blockwise_kernel<D, W, MW, 1>}
+#define BW_VARIANT_M(D, W, MW, M)                                                                  \
+    {D, W, MW, 0, M, attn_blockwise_kernel<D, W, MW, 0, M>},                                       \
+    {                                                                                              \
+        D, W, MW, 1, M, attn_blockwise_kernel<D, W, MW, 1, M>                                      \
+    }
+#define BW_VARIANT(D, W, MW) BW_VARIANT_M(D, W, MW, 0)
 static const bw_variant bw_variants[] = {
-    BW_VARIANT(32, 4, 1),  BW_VARIANT(32, 8, 1),  BW_VARIANT(32, 4, 2), BW_VARIANT(64, 4, 1),
-    BW_VARIANT(64, 8, 1),  BW_VARIANT(64, 4, 2),  BW_VARIANT(128, 4, 1), BW_VARIANT(128, 8, 1),
+    BW_VARIANT(32, 4, 1),       BW_VARIANT(32, 8, 1),       BW_VARIANT(32, 4, 2),
+    BW_VARIANT(64, 4, 1),       BW_VARIANT(64, 8, 1),       BW_VARIANT(64, 4, 2),
+    BW_VARIANT(128, 4, 1),      BW_VARIANT(128, 8, 1),      BW_VARIANT(80, 4, 1),
+    BW_VARIANT(96, 4, 1),       BW_VARIANT(256, 4, 1),      BW_VARIANT_M(32, 4, 1, 1),
+    BW_VARIANT_M(64, 4, 1, 1),  BW_VARIANT_M(80, 4, 1, 1),  BW_VARIANT_M(96, 4, 1, 1),
+    BW_VARIANT_M(128, 4, 1, 1), BW_VARIANT_M(256, 4, 1, 1),
 };
 #define BW_NVARIANTS ((int)(sizeof bw_variants / sizeof bw_variants[0]))
 
+/* The opt-in covers the largest T5 table a modifier variant may carry. */
 static int variant_smem(const bw_variant *v)
 {
-    return (int)attn_bw_smem_bytes(v->head_dim, 16 * v->mw * v->warps, BW_BLOCK_N);
+    const int64_t table = v->mods ? ((2 * ATTN_T5_MAX_DISTANCE + 1) * 4 + 15) & ~15 : 0;
+    return (int)(attn_bw_smem_bytes(v->head_dim, 16 * v->mw * v->warps, BW_BLOCK_N) + table);
 }
 
 /* The Hopper kernel's opt-in too, on devices of compute capability 9.0 in
@@ -429,15 +458,19 @@ extern "C" stof_status attn_blockwise_run(const attn_launch *a, int warps, int b
                  a->head_dim, warps, block_m, a->tiles.tile_m, a->tiles.tile_n,
                  attn_blockwise_shapes());
     const int mw = block_m / (16 * warps);
+    const int mods = a->mods.bias_kind != STOF_BIAS_NONE || a->mods.softcap > 0.0f;
     const bw_variant *v = NULL;
     for (int i = 0; i < BW_NVARIANTS && !v; i++)
         if (bw_variants[i].head_dim == a->head_dim && bw_variants[i].warps == warps &&
-            bw_variants[i].mw == mw && bw_variants[i].bf16 == a->bf16)
+            bw_variants[i].mw == mw && bw_variants[i].bf16 == a->bf16 &&
+            bw_variants[i].mods == mods)
             v = &bw_variants[i];
     STOF_REQUIRE(v, STOF_ERR_INTERNAL,
                  "block-wise dispatch: no variant for head dim %d, %d warps, %d-row blocks",
                  a->head_dim, warps, block_m);
     STOF_TRY(attn_blockwise_prepare());
-    return attn_block_launch(a, (const void *)v->fn, block_m, 32 * warps,
-                             (size_t)variant_smem(v), (cudaStream_t)stream);
+    const size_t smem = (size_t)attn_bw_smem_bytes(a->head_dim, block_m, BW_BLOCK_N) +
+                        attn_mods_smem_bytes(&a->mods);
+    return attn_block_launch(a, (const void *)v->fn, block_m, 32 * warps, smem,
+                             (cudaStream_t)stream);
 }

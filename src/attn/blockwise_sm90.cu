@@ -165,6 +165,7 @@
 #include "attn/attn.h"
 #include "attn/bits.h"
 #include "attn/mma.cuh"
+#include "attn/mods.cuh"
 #include "attn/select.h"
 #include "core/hopper.cuh"
 #include "core/launch.cuh"
@@ -634,9 +635,13 @@ static __device__ __forceinline__ void rescale_o(float (&o)[SM90_OREGS(D)], cons
  * gives the kernel with the settled softmax's fallback 156 registers, and
  * the SM three CTAs. */
 #define SM90_MIN_CTAS(D, WG) ((D) == 64 ? ((WG) == 1 ? 4 : 2) : ((WG) == 1 ? 2 : 1))
+/* Modifier variants (one warpgroup) hold the modifiers' context too: two CTAs. */
+#define SM90_MIN_CTAS_M(D, WG, MODS) ((MODS) ? 2 : SM90_MIN_CTAS(D, WG))
 
-template <int D, int WG, int BF16, bool ALL>
-__global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
+/* MODS: scores go through mods.cuh's modifiers (soft cap, position bias) in
+ * raw units, before the sign and the mask, wherever they are computed. */
+template <int D, int WG, int BF16, bool ALL, int MODS>
+__global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     attn_blockwise_sm90_kernel(const attn_launch a, const __grid_constant__ CUtensorMap k_map,
                                const __grid_constant__ CUtensorMap v_map)
 {
@@ -697,6 +702,12 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         load_rows<D, BM, THREADS>(sq, s.q, a.q_sl, row0, s.len_q);
         cp_async_commit();
     }
+    /* The modifiers' context; a T5 table lands after the mbarriers, published
+     * by the prologue's barrier. */
+    attn_mod_ctx mc;
+    if constexpr (MODS)
+        mc = attn_mod_setup(&a, &s, b, h, (float *)(smem_raw + (bar0 + 64 - smem_addr(smem_raw))),
+                            THREADS, a.scale != 0.0f ? 1.0f / a.scale : 0.0f);
 
     const uint32_t q_tile = sq + wg * TILE;
     /* Row of this thread's accumulator row g inside the mask tile (for the bitmap). */
@@ -722,7 +733,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
      * the sequence's own, from k_row0 (padded: 0; packed: its first token),
      * split apart (a split's class: every split-th row). */
     const bool leader = threadIdx.x == 0;
-    const int kv_y = s.k_row0, kv_h = s.head, kv_w = a.cu_k ? 0 : b;
+    const int kv_y = s.k_row0, kv_h = s.kv_head, kv_w = a.cu_k ? 0 : b;
     auto load_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int key0) {
 #pragma unroll
         for (int cb = 0; cb < D / 64; cb++)
@@ -764,9 +775,16 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         sc[i] = 0.0f;
 
     /* The tile list is read ahead: entering iteration i, col and bits are
-     * tile i's, col_next tile i+1's column (its K loads in iteration i). */
-    int col = ALL ? 0 : t->col[e0], bits = ALL ? -1 : t->bits[e0];
-    int col_next = ALL ? 1 : n > 1 ? t->col[e0 + 1] : 0;
+     * tile i's, col_next tile i+1's column (its K loads in iteration i).
+     * Modifier variants walk the list backwards, from the diagonal: a
+     * position bias (ALiBi, T5 causal) grows towards it, and the row maxima
+     * found first then hold, where ascending order would send warp after
+     * warp back to the full softmax. */
+    constexpr bool REV = MODS != 0;
+    auto entry = [&](int i) { return REV ? e0 + n - 1 - i : e0 + i; };
+    auto all_col = [&](int i) { return REV ? n - 1 - i : i; };
+    int col = ALL ? all_col(0) : t->col[entry(0)], bits = ALL ? -1 : t->bits[entry(0)];
+    int col_next = ALL ? all_col(1) : n > 1 ? t->col[entry(1)] : 0;
 
     /* Prologue: K_0 and stage 1 (K_1, V_0) on their way; Q (in flight
      * since the start) published by the barrier. */
@@ -786,8 +804,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     cp_async_wait_all();
     fence_proxy_async();
     __syncthreads();
-    int bits_next = !ALL && n > 1 ? t->bits[e0 + 1] : -1;
-    int col_after = !ALL && n > 2 ? t->col[e0 + 2] : 0;
+    int bits_next = !ALL && n > 1 ? t->bits[entry(1)] : -1;
+    int col_after = !ALL && n > 2 ? t->col[entry(2)] : 0;
     int key0_prev = col * SM90_BLOCK_N;
     uint32_t qf[D / 16][4];
 #pragma unroll
@@ -827,6 +845,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(sc);
+    if constexpr (MODS)
+        attn_apply_mods<8>(*(float(*)[8][4])sc, mc, row_g, col * SM90_BLOCK_N + 2 * (lane & 3));
     sign_and_mask(sc, masked, w, shift, negate);
     softmax_tile<SUMS>(sc, scale, m, alpha, sum);
     if constexpr (SUMS) {
@@ -837,10 +857,9 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
     bool settled = warp_settled(m);
 
     for (int i = 1; i < n; i++) {
-        const int e = e0 + i;
         if constexpr (ALL) {
-            col = i;
-            col_next = i + 1;
+            col = all_col(i);
+            col_next = all_col(i + 1);
         } else {
             col = col_next;
             bits = bits_next;
@@ -856,8 +875,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         __syncthreads();
         if (leader) load_stage(i + 1, col_next, key0);
         if constexpr (!ALL) {
-            if (i + 1 < n) bits_next = t->bits[e + 1];
-            if (i + 2 < n) col_after = t->col[e + 2];
+            if (i + 1 < n) bits_next = t->bits[entry(i + 1)];
+            if (i + 2 < n) col_after = t->col[entry(i + 2)];
         }
         masked = bits >= 0 || key0 + SM90_BLOCK_N > s.len_k;
         if (masked) tile_words(t, bits, tile_row, key0, s.len_k, w);
@@ -869,6 +888,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
         wgmma_commit();
         wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
         reg_fence(sc);
+        if constexpr (MODS)
+            attn_apply_mods<8>(*(float(*)[8][4])sc, mc, row_g, key0 + 2 * (lane & 3));
         sign_and_mask(sc, masked, w, shift, negate);
         /* Settled rows exponentiate while P_{i-1} V_{i-1} runs: the branch
          * ends the basic block, and ptxas hoists the wait below no further
@@ -884,6 +905,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
                  * again (the exponentials replaced them), for the full
                  * softmax with a new maximum. */
                 warp_scores<D, BF16>(sc, qf, sk + (i & 1) * TILE, lane);
+                if constexpr (MODS)
+                    attn_apply_mods<8>(*(float(*)[8][4])sc, mc, row_g, key0 + 2 * (lane & 3));
                 sign_and_mask(sc, masked, w, shift, negate);
             } else if constexpr (SUMS) {
                 l[0] += sum[0];
@@ -929,23 +952,27 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS(D, WG))
  * bf16, masks with a tile list and all-visible ones. */
 typedef void (*sm90_kernel_fn)(const attn_launch, const CUtensorMap, const CUtensorMap);
 typedef struct sm90_variant {
-    int head_dim, wg, bf16, all;
+    int head_dim, wg, bf16, all, mods;
     sm90_kernel_fn fn;
 } sm90_variant;
 
 // clang-format off
-#define SM90_VARIANT_ALL(D, WG, ALL)                                                               \
-    {D, WG, 0, ALL, attn_blockwise_sm90_kernel<D, WG, 0, ALL>},                                    \
-    {D, WG, 1, ALL, attn_blockwise_sm90_kernel<D, WG, 1, ALL>}
-#define SM90_VARIANT(D, WG) SM90_VARIANT_ALL(D, WG, false), SM90_VARIANT_ALL(D, WG, true)
+#define SM90_VARIANT_ALL(D, WG, ALL, M)                                                            \
+    {D, WG, 0, ALL, M, attn_blockwise_sm90_kernel<D, WG, 0, ALL, M>},                              \
+    {D, WG, 1, ALL, M, attn_blockwise_sm90_kernel<D, WG, 1, ALL, M>}
+#define SM90_VARIANT_M(D, WG, M) SM90_VARIANT_ALL(D, WG, false, M), SM90_VARIANT_ALL(D, WG, true, M)
+#define SM90_VARIANT(D, WG) SM90_VARIANT_M(D, WG, 0)
 // clang-format on
-static const sm90_variant sm90_variants[] = {SM90_VARIANT(64, 1), SM90_VARIANT(64, 2),
-                                             SM90_VARIANT(128, 1), SM90_VARIANT(128, 2)};
+static const sm90_variant sm90_variants[] = {SM90_VARIANT(64, 1),      SM90_VARIANT(64, 2),
+                                             SM90_VARIANT(128, 1),     SM90_VARIANT(128, 2),
+                                             SM90_VARIANT_M(64, 1, 1), SM90_VARIANT_M(128, 1, 1)};
 #define SM90_NVARIANTS ((int)(sizeof sm90_variants / sizeof sm90_variants[0]))
 
+/* The opt-in of a modifier variant covers the largest T5 table. */
 static int variant_smem(const sm90_variant *v)
 {
-    return (int)attn_sm90_smem_bytes(v->head_dim, 64 * v->wg);
+    const int64_t table = v->mods ? ((2 * ATTN_T5_MAX_DISTANCE + 1) * 4 + 15) & ~15 : 0;
+    return (int)(attn_sm90_smem_bytes(v->head_dim, 64 * v->wg) + table);
 }
 
 extern "C" stof_status attn_blockwise_sm90_prepare(void)
@@ -966,7 +993,7 @@ static stof_status encode_kv(CUtensorMap *map, const char *name, const attn_laun
                              const void *x, int64_t sb, int64_t sh, int64_t sp)
 {
     const int64_t rows = a->cu_k ? a->tk : (int64_t)a->lk * a->split;
-    const int64_t batch = a->cu_k ? 1 : a->batch, heads = a->heads / a->split;
+    const int64_t batch = a->cu_k ? 1 : a->batch, heads = a->heads / a->split / a->kv_group;
     const cuuint64_t dims[4] = {(cuuint64_t)a->head_dim, (cuuint64_t)(rows > 0 ? rows : 1),
                                 (cuuint64_t)heads, (cuuint64_t)batch};
     int64_t st[3] = {sp * 2, sh * 2, sb * 2};
@@ -996,10 +1023,14 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
         "warps and 64-row blocks, or on 128x64 tiles with 8 warps and 128-row blocks)",
         a->head_dim, warps, block_m, a->tiles.tile_m, a->tiles.tile_n);
     const int wg = warps / 4, all = a->tiles.all_visible && a->split == 1;
+    const int mods = a->mods.bias_kind != STOF_BIAS_NONE || a->mods.softcap > 0.0f;
+    STOF_REQUIRE(!mods || wg == 1, STOF_ERR_UNSUPPORTED,
+                 "sm_90 attention with a bias or soft cap runs one warpgroup (asked: %d)", wg);
     const sm90_variant *v = NULL;
     for (int i = 0; i < SM90_NVARIANTS && !v; i++)
         if (sm90_variants[i].head_dim == a->head_dim && sm90_variants[i].wg == wg &&
-            sm90_variants[i].bf16 == a->bf16 && sm90_variants[i].all == all)
+            sm90_variants[i].bf16 == a->bf16 && sm90_variants[i].all == all &&
+            sm90_variants[i].mods == mods)
             v = &sm90_variants[i];
     STOF_REQUIRE(v, STOF_ERR_INTERNAL,
                  "sm_90 block-wise dispatch: no variant for head dim %d, %d warps", a->head_dim,
@@ -1012,6 +1043,8 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
     STOF_TRY(encode_kv(&k_map, "k", a, a->k, a->k_sb, a->k_sh, a->k_sp));
     STOF_TRY(encode_kv(&v_map, "v", a, a->v, a->v_sb, a->v_sh, a->v_sp));
     void *args[3] = {(void *)a, (void *)&k_map, (void *)&v_map};
-    return attn_block_launch(a, (const void *)v->fn, block_m, 128 * wg, (size_t)variant_smem(v),
-                             (cudaStream_t)stream, args);
+    const size_t smem =
+        (size_t)attn_sm90_smem_bytes(a->head_dim, block_m) + attn_mods_smem_bytes(&a->mods);
+    return attn_block_launch(a, (const void *)v->fn, block_m, 128 * wg, smem, (cudaStream_t)stream,
+                             args);
 }

@@ -220,6 +220,7 @@ typedef struct attn_seq {
     int k_row0; /* row of k and v of the first key (its token: the sequence's first under a
                    packed layout, plus the residue class under a split) */
     int head;   /* the real head (hv / split) */
+    int kv_head; /* the head of k and v (head / kv_group) */
 } attn_seq;
 
 static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int b, int hv)
@@ -251,9 +252,11 @@ static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int
     }
     s.k_row0 = (int)k0;
     s.head = h;
+    s.kv_head = h / a->kv_group; /* grouped-query: k and v are read in place, never repeated */
+    const int hk = s.kv_head;
     s.q = (const uint16_t *)a->q + b * a->q_sb + h * a->q_sh + q0 * a->q_sp;
-    s.k = (const uint16_t *)a->k + b * a->k_sb + h * a->k_sh + k0 * a->k_sp;
-    s.v = (const uint16_t *)a->v + b * a->v_sb + h * a->v_sh + k0 * a->v_sp;
+    s.k = (const uint16_t *)a->k + b * a->k_sb + hk * a->k_sh + k0 * a->k_sp;
+    s.v = (const uint16_t *)a->v + b * a->v_sb + hk * a->v_sh + k0 * a->v_sp;
     s.o = (uint16_t *)a->out + b * a->o_sb + h * a->o_sh + q0 * a->o_sp;
     if (d > 1) {
         /* Residue class p: rows p, p + d, ... of the sequence. */

@@ -17,9 +17,20 @@ const attn_bw_config attn_bw_configs[ATTN_BW_NCONFIGS] = {
     {4, 128, 64}, /* two m-blocks per warp: head dims 32 and 64 */
 };
 
-int attn_head_dim_supported(int head_dim)
+int attn_head_dim_common(int head_dim)
 {
     return head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+int attn_head_dim_supported(int head_dim)
+{
+    return attn_head_dim_common(head_dim) || head_dim == 80 || head_dim == 96 || head_dim == 256;
+}
+
+/* The one configuration of the other head dims and of modifier calls. */
+static int bw_config_general(const attn_bw_config *c)
+{
+    return c->warps == 4 && c->block_m == 64;
 }
 
 double attn_rowwise_advantage(const attn_problem *p)
@@ -39,7 +50,8 @@ int attn_bw_config_fits(const attn_bw_config *c, int head_dim, int tile_m, int t
 {
     int mw = c->block_m / (16 * c->warps);
     return attn_head_dim_supported(head_dim) && (mw == 1 || head_dim <= 64) &&
-           c->block_n == tile_n && tile_m >= c->block_m && tile_m % c->block_m == 0;
+           (attn_head_dim_common(head_dim) || bw_config_general(c)) && c->block_n == tile_n &&
+           tile_m >= c->block_m && tile_m % c->block_m == 0;
 }
 
 int64_t attn_bw_smem_bytes(int head_dim, int block_m, int block_n)
@@ -56,7 +68,8 @@ int attn_bw_regs(int head_dim, const attn_bw_config *c)
     switch (head_dim) {
     case 32: return c->warps <= 4 ? 122 : 118;
     case 64: return c->warps <= 4 ? 167 : 159;
-    default: return c->warps <= 4 ? 243 : 221;
+    case 128: return c->warps <= 4 ? 243 : 221;
+    default: return 255; /* 80, 96, 256: 4 warps, at the cap (an estimate, not measured) */
     }
 }
 
@@ -159,6 +172,39 @@ stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn
                         stof_attn_choice *out)
 {
     const double advantage = attn_rowwise_advantage(p);
+    const int general = p->mods || !attn_head_dim_common(p->head_dim);
+    /* A bias or cap at head dim 64 or 128: the sm_90 kernel's modifier
+     * variants (one warpgroup) where it runs, unless block-wise is forced. */
+    if (p->mods && forced != STOF_ATTN_BLOCKWISE && forced != STOF_ATTN_ROWWISE &&
+        attn_sm90_usable(dev, p->head_dim, p->tile_m, p->tile_n)) {
+        *out = sm90_choice(p, dev, 0.0);
+        out->block_m = 64;
+        out->warps = 4;
+        return STOF_OK;
+    }
+    if (general) {
+        STOF_REQUIRE(forced == STOF_ATTN_AUTO || forced == STOF_ATTN_BLOCKWISE,
+                     STOF_ERR_UNSUPPORTED, "%s runs on the block-wise kernel only (forced: %s)",
+                     p->mods ? "attention with a bias or soft cap (and the sm_90 kernel, at head "
+                               "dims 64 and 128 on a compute capability 9.0 device)"
+                             : "this head dim",
+                     forced == STOF_ATTN_ROWWISE ? "ROWWISE" : "BLOCKWISE_SM90");
+        const attn_bw_config *c = &attn_bw_configs[0];
+        STOF_REQUIRE(attn_bw_config_fits(c, p->head_dim, p->tile_m, p->tile_n),
+                     STOF_ERR_UNSUPPORTED,
+                     "%s needs mask tiles 64x64 or 128x64 (the block-wise kernel's 4 warps of "
+                     "64-row blocks); the mask has %dx%d at head dim %d",
+                     p->mods ? "attention with a bias or soft cap" : "this head dim", p->tile_m,
+                     p->tile_n, p->head_dim);
+        memset(out, 0, sizeof *out);
+        out->kernel = STOF_ATTN_BLOCKWISE;
+        out->block_m = c->block_m;
+        out->block_n = c->block_n;
+        out->warps = c->warps;
+        out->score = attn_bw_score(c, p, dev);
+        out->split = 1;
+        return STOF_OK;
+    }
     if (forced == STOF_ATTN_ROWWISE) {
         *out = rowwise_choice(p, advantage);
         return STOF_OK;

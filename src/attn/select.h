@@ -152,6 +152,10 @@ typedef struct attn_problem {
     int even_full;        /* the mask holds everywhere and the batch has one length
                              (mask_tiles.all_visible, bm == 1): every row block lists
                              the same tiles */
+    int mods;             /* a bias or a soft cap (attn_mods): modifier variants serve it,
+                             the sm_90 kernel's (one warpgroup) at head dims 64 and 128
+                             where it runs, else the block-wise kernel's (4 warps of
+                             64-row blocks) */
 } attn_problem;
 
 typedef struct attn_bw_config {
@@ -167,6 +171,10 @@ extern const attn_bw_config attn_bw_configs[ATTN_BW_NCONFIGS];
 
 /* Head dims the GPU kernels are instantiated for. */
 int attn_head_dim_supported(int head_dim);
+/* Head dims every kernel serves (32, 64, 128); the others (80, 96, 256) and
+ * calls with a bias or soft cap run on the block-wise kernel with 4 warps of
+ * 64-row blocks only. */
+int attn_head_dim_common(int head_dim);
 
 /* Rule 1: t_blk / t_row for one row block (> 1: row-wise is the cheaper);
  * +inf when the problem has no rows or tiles to cost (row-wise serves those). */

@@ -45,6 +45,36 @@ void cpu_attention(const float *q, const float *k, const float *v, float *out, i
                    int64_t H, int64_t Lq, int64_t Lk, int64_t D, const uint8_t *mask,
                    int64_t mask_stride_b, int64_t mask_stride_h, float scale);
 
+/* What decoders and T5 add to attention (stof.h's stof_attn_params, as plain
+ * host arrays). Scores are s = cap(scale q.k) + bias(b, h, i, j), the bias
+ * taken at query position i + off[b] (off NULL: 0), cap(x) = softcap *
+ * tanh(x / softcap) when softcap > 0. */
+enum { CPU_BIAS_NONE = 0, CPU_BIAS_T5 = 1, CPU_BIAS_ALIBI = 2, CPU_BIAS_TENSOR = 3 };
+typedef struct cpu_attn_extra {
+    int bias_kind;
+    const float *table; /* T5: [t5_num_buckets, heads]; ALiBi: slopes [heads] */
+    int heads;          /* the table's head count */
+    int t5_num_buckets, t5_bidirectional, t5_max_distance;
+    const float *tensor; /* TENSOR: element (b, h, i, j) at b*s0 + h*s1 + i*s2 + j*s3 */
+    int64_t t_stride[4]; /* 0 on broadcast dimensions */
+    float softcap;
+    const int64_t *off; /* [batch entries] row offsets, indexed by b0 + b; NULL: 0 */
+    int64_t b0, h0, i0; /* indices of the first batch entry, head and query row passed
+                           (for callers that pass one (b, h) or a few rows at a time) */
+} cpu_attn_extra;
+
+/* Hugging Face's T5 bucket of relative position rel = key - query. */
+int cpu_t5_bucket(int64_t rel, int bidirectional, int num_buckets, int max_distance);
+/* s after the cap and the bias of (b, h, i, j) (absolute indices); x NULL: s. */
+double cpu_attn_score(const cpu_attn_extra *x, int64_t b, int64_t h, int64_t i, int64_t j,
+                      int64_t off, double s);
+/* cpu_attention with Hkv kv heads (dividing H; k and v [B, Hkv, Lk, D], query
+ * head h reading kv head h / (H / Hkv)) and the extras (x NULL: none). */
+void cpu_attention_ex(const float *q, const float *k, const float *v, float *out, int64_t B,
+                      int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk, int64_t D,
+                      const uint8_t *mask, int64_t mask_stride_b, int64_t mask_stride_h,
+                      float scale, const cpu_attn_extra *x);
+
 /* Padding-free batches (ByteTransformer). lengths[B] in [0, L].
  * cu_seqlens[B+1] = prefix sums; returns the token count T. */
 int64_t cpu_cu_seqlens(const int32_t *lengths, int64_t B, int32_t *cu_seqlens);

@@ -50,6 +50,7 @@ void mask_point_tiles(stof_mask *m, const mask_plan *plan, void *base)
     t->bitmap = (const uint64_t *)(p + m->lay.bitmap);
     t->split = 1;
     t->all_visible = 0;
+    t->align_end = plan->align_end;
     m->storage = base;
 }
 
@@ -76,8 +77,8 @@ static stof_status grow(void **p, int64_t *cap, int64_t need, size_t elem)
 }
 
 /* Bits of one tile; *any / *all say whether some / every element is set. */
-static void cpu_tile_bits(const mask_eval *e, int b, int h, int lenk, int r, int c, int wpr,
-                          uint64_t *out, bool *any, bool *all)
+static void cpu_tile_bits(const mask_eval *e, int b, int h, int lenq, int lenk, int r, int c,
+                          int wpr, uint64_t *out, bool *any, bool *all)
 {
     int tm = e->tile_m, tn = e->tile_n;
     int i0 = r * tm, j0 = c * tn;
@@ -89,7 +90,7 @@ static void cpu_tile_bits(const mask_eval *e, int b, int h, int lenk, int r, int
             uint64_t word = 0;
             int width = tn - 64 * w < 64 ? tn - 64 * w : 64;
             for (int bit = 0; bit < width; bit++)
-                if (mask_tile_element(e, b, h, lenk, i0 + rr, j0 + 64 * w + bit))
+                if (mask_tile_element(e, b, h, lenq, lenk, i0 + rr, j0 + 64 * w + bit))
                     word |= 1ull << bit;
             out[rr * wpr + w] = word;
             *any |= word != 0;
@@ -137,7 +138,7 @@ static stof_status cpu_build_rows(const mask_eval *e, const mask_plan *plan, cpu
                 }
                 o->candidates++;
                 bool any, all;
-                cpu_tile_bits(e, b, h, lenk, r, c, plan->wpr, tile, &any, &all);
+                cpu_tile_bits(e, b, h, lenq, lenk, r, c, plan->wpr, tile, &any, &all);
                 if (!any) continue;
                 if (all) {
                     st = cpu_push(o, c, -1);
@@ -297,10 +298,11 @@ static bool spec_all_visible(const stof_mask_spec *spec)
 
 /* The d by which a mask of this spec and these params is stored split
  * (mask.h): every part dilated by one d > 1, no lengths, d dividing Lq and
- * Lk. Else 1. */
+ * Lk, and no row offset (Lq == Lk or top-left alignment). Else 1. */
 static int residue_split(const stof_mask_spec *spec, const stof_mask_params *p)
 {
     if (!spec || spec->n_parts == 0 || p->lengths_q || p->lengths_k) return 1;
+    if (spec->align == STOF_ALIGN_BOTTOM_RIGHT && p->len_q != p->len_k) return 1;
     const int d = spec->parts[0].b;
     for (int i = 0; i < spec->n_parts; i++)
         if (spec->parts[i].kind != MASK_PART_DILATED || spec->parts[i].b != d) return 1;
@@ -314,6 +316,7 @@ static stof_status split_inputs(const stof_mask_spec *spec, const stof_mask_para
                                 stof_mask_spec **sub, stof_mask_params *sub_params)
 {
     STOF_TRY(stof_mask_spec_create(sub));
+    (*sub)->align = spec->align; /* no offset either way (residue_split) */
     for (int i = 0; i < spec->n_parts; i++) {
         stof_status st = stof_mask_spec_add_window(*sub, spec->parts[i].a, spec->parts[i].a);
         if (st != STOF_OK) {

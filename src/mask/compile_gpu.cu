@@ -143,8 +143,8 @@ __device__ static uint64_t tile_word(const mask_eval &e, const tile_ref &x, int 
 {
     int rr = q / wpr, w = q - rr * wpr;
     *width = e.tile_n - 64 * w < 64 ? e.tile_n - 64 * w : 64;
-    return mask_tile_word(&e, x.b, x.h, x.lenk, x.r * e.tile_m + rr, x.c * e.tile_n + 64 * w,
-                          *width);
+    return mask_tile_word(&e, x.b, x.h, x.lenq, x.lenk, x.r * e.tile_m + rr,
+                          x.c * e.tile_n + 64 * w, *width);
 }
 
 /*
@@ -199,7 +199,8 @@ __device__ static int tile_eval_warp(const mask_eval &e, const tile_ref &x, bool
     for (int n = 0; n < chunks; n++) {
         int q = early_exit ? ((n & 1) ? chunks - 1 - (n >> 1) : (n >> 1)) : n;
         int f = q * 32 + lane;
-        int v = mask_tile_element(&e, x.b, x.h, x.lenk, i0 + (f >> shift), j0 + (f & (tn - 1)));
+        int v =
+            mask_tile_element(&e, x.b, x.h, x.lenq, x.lenk, i0 + (f >> shift), j0 + (f & (tn - 1)));
         unsigned w = __ballot_sync(FULL_WARP, v);
         any |= w;
         all &= w;

@@ -66,7 +66,16 @@ typedef struct mask_tiles {
                                  that tile row r lists columns 0 .. ceil(len_k / tile_n)
                                  - 1 when r * tile_m < len_q (none otherwise), all full
                                  but a last one cut by len_k; kernels may skip the list */
+    int align_end;            /* 1: bottom-right alignment (stof.h): query row i of entry b
+                                 sits at i + len_k[b] - len_q[b], for the position biases */
 } mask_tiles;
+
+/* The row offset of entry b's positions (position biases; the compiled tiles
+ * already hold it for the mask parts). */
+static inline int64_t mask_tiles_offset(const mask_tiles *t, int lenq, int lenk)
+{
+    return t->align_end ? (int64_t)lenk - lenq : 0;
+}
 
 static inline int mask_instance(const mask_tiles *t, int b, int h)
 {
@@ -117,6 +126,12 @@ bool stof_mask_spec_textual(const stof_mask_spec *spec);
 stof_status stof_mask_spec_to_dense(const stof_mask_spec *spec, int batch, int heads, int lq,
                                     int lk, const int32_t *lengths_q, const int32_t *lengths_k,
                                     int b, int h, uint8_t *dense);
+/* The plane as the tiles store it: rows [0, rows) (rows may pass lq), those at
+ * or past the query length following the spec, at the row offset of the real
+ * lengths; key lengths applied. dense has rows * lk bytes. */
+stof_status stof_mask_spec_tile_plane(const stof_mask_spec *spec, int batch, int heads, int lq,
+                                      int lk, const int32_t *lengths_q, const int32_t *lengths_k,
+                                      int b, int h, int rows, uint8_t *dense);
 
 #ifdef __cplusplus
 }

@@ -77,6 +77,8 @@ typedef struct mask_eval {
     const int32_t *len_q; /* real lengths [B] (any stride), NULL: full; clamped to [0, L] */
     const int32_t *len_k;
     int64_t len_q_stride, len_k_stride;
+    int32_t align_end; /* 1: analytic parts see row i as i + (lenk - lenq), bottom-right
+                          alignment (stof.h); 0: top-left */
 } mask_eval;
 
 /* ---------------------------------------------------------------- helpers */
@@ -103,6 +105,14 @@ MASK_HD static inline int mask_len(const int32_t *src, int64_t stride, int b, in
     if (!src) return full;
     int32_t v = src[(int64_t)b * stride];
     return v < 0 ? 0 : (v > full ? full : v);
+}
+
+/* What the analytic parts (causal, window, dilated) add to a row index:
+ * lenk - lenq under bottom-right alignment (FlashAttention's convention, so
+ * that the last query row sees the last key), 0 under top-left. */
+MASK_HD static inline int64_t mask_row_offset(const mask_eval *e, int lenq, int lenk)
+{
+    return e->align_end ? (int64_t)lenk - lenq : 0;
 }
 
 /* Batch entry and head that instance s stands for. */
@@ -185,18 +195,19 @@ MASK_HD static inline int mask_random_hit(const mask_part_eval *p, int b, int le
     return 0;
 }
 
-/* Part p at (i, j) for batch entry b, head h (both 0 where the mask does not vary). */
-MASK_HD static inline int mask_part_visible(const mask_part_eval *p, int b, int h, int lenk, int i,
-                                            int j)
+/* Part p at (i, j) for batch entry b, head h (both 0 where the mask does not
+ * vary); off: the row offset of the analytic parts (mask_row_offset). */
+MASK_HD static inline int mask_part_visible(const mask_part_eval *p, int b, int h, int lenk,
+                                            int64_t off, int i, int j)
 {
+    const int64_t ia = (int64_t)i + off;
     switch (p->kind) {
     case MASK_PART_FULL: return 1;
-    case MASK_PART_CAUSAL: return j <= i;
-    case MASK_PART_WINDOW:
-        return (int64_t)j >= (int64_t)i - p->a && (int64_t)j <= (int64_t)i + p->b;
+    case MASK_PART_CAUSAL: return (int64_t)j <= ia;
+    case MASK_PART_WINDOW: return (int64_t)j >= ia - p->a && (int64_t)j <= ia + p->b;
     case MASK_PART_DILATED: {
-        int d = i - j;
-        return (int64_t)d >= -p->span && (int64_t)d <= p->span && d % p->b == 0;
+        int64_t d = ia - j;
+        return d >= -p->span && d <= p->span && d % p->b == 0;
     }
     case MASK_PART_GLOBAL_N: return i < p->a || j < p->a;
     case MASK_PART_GLOBAL_LIST:
@@ -217,19 +228,21 @@ MASK_HD static inline int mask_part_visible(const mask_part_eval *p, int b, int 
 }
 
 /* The union of the parts at (i, j), before lengths. */
-MASK_HD static inline int mask_visible(const mask_eval *e, int b, int h, int lenk, int i, int j)
+MASK_HD static inline int mask_visible(const mask_eval *e, int b, int h, int lenq, int lenk, int i,
+                                       int j)
 {
+    const int64_t off = mask_row_offset(e, lenq, lenk);
     for (int p = 0; p < e->n_parts; p++)
-        if (mask_part_visible(&e->parts[p], b, h, lenk, i, j)) return 1;
+        if (mask_part_visible(&e->parts[p], b, h, lenk, off, i, j)) return 1;
     return 0;
 }
 
 /* An element as the tile format stores it (mask.h): columns at or past the
  * key length are never set; rows follow the spec alone. */
-MASK_HD static inline int mask_tile_element(const mask_eval *e, int b, int h, int lenk, int i,
-                                            int j)
+MASK_HD static inline int mask_tile_element(const mask_eval *e, int b, int h, int lenq, int lenk,
+                                            int i, int j)
 {
-    return j < lenk && mask_visible(e, b, h, lenk, i, j);
+    return j < lenk && mask_visible(e, b, h, lenq, lenk, i, j);
 }
 
 /* ---------------------------------------------------------------- words */
@@ -256,9 +269,10 @@ MASK_HD static inline uint64_t mask_bit_range(int64_t lo, int64_t hi, int width)
 
 /* Dilated: bit k is i - (j0 + k) = d0 - k; visible when |d0 - k| <= span and
  * the dilation divides d0 - k, i.e. k = d0 (mod dilation). */
-MASK_HD static inline uint64_t mask_dilated_word(const mask_part_eval *p, int i, int j0, int width)
+MASK_HD static inline uint64_t mask_dilated_word(const mask_part_eval *p, int64_t i, int j0,
+                                                 int width)
 {
-    int64_t d0 = (int64_t)i - j0, step = p->b;
+    int64_t d0 = i - j0, step = p->b;
     uint64_t range = mask_bit_range(d0 - p->span, d0 + p->span, width);
     if (!range) return 0;
     int64_t first = d0 % step;
@@ -324,14 +338,14 @@ MASK_HD static inline uint64_t mask_dense_word(const mask_part_eval *p, int b, i
 }
 
 MASK_HD static inline uint64_t mask_part_word(const mask_part_eval *p, int b, int h, int lenk,
-                                              int i, int j0, int width)
+                                              int64_t off, int i, int j0, int width)
 {
+    const int64_t ia = (int64_t)i + off;
     switch (p->kind) {
     case MASK_PART_FULL: return mask_bit_range(0, width - 1, width);
-    case MASK_PART_CAUSAL: return mask_bit_range(0, (int64_t)i - j0, width);
-    case MASK_PART_WINDOW:
-        return mask_bit_range((int64_t)i - p->a - j0, (int64_t)i + p->b - j0, width);
-    case MASK_PART_DILATED: return mask_dilated_word(p, i, j0, width);
+    case MASK_PART_CAUSAL: return mask_bit_range(0, ia - j0, width);
+    case MASK_PART_WINDOW: return mask_bit_range(ia - p->a - j0, ia + p->b - j0, width);
+    case MASK_PART_DILATED: return mask_dilated_word(p, ia, j0, width);
     case MASK_PART_GLOBAL_N:
         return mask_bit_range(0, i < p->a ? width - 1 : (int64_t)p->a - 1 - j0, width);
     case MASK_PART_GLOBAL_LIST: return mask_global_list_word(p, i, j0, width);
@@ -342,17 +356,18 @@ MASK_HD static inline uint64_t mask_part_word(const mask_part_eval *p, int b, in
     return 0;
 }
 
-/* Bit k (k < width) is mask_tile_element(e, b, h, lenk, i, j0 + k): the union
+/* Bit k (k < width) is mask_tile_element(e, b, h, lenq, lenk, i, j0 + k): the union
  * of the parts, cut at the key length; bits at or past width are zero. */
-MASK_HD static inline uint64_t mask_tile_word(const mask_eval *e, int b, int h, int lenk, int i,
-                                              int j0, int width)
+MASK_HD static inline uint64_t mask_tile_word(const mask_eval *e, int b, int h, int lenq, int lenk,
+                                              int i, int j0, int width)
 {
     int64_t n = (int64_t)lenk - j0;
     if (n <= 0) return 0;
     if (n < width) width = (int)n;
+    const int64_t off = mask_row_offset(e, lenq, lenk);
     uint64_t all = mask_bit_range(0, width - 1, width), w = 0;
     for (int p = 0; p < e->n_parts && w != all; p++)
-        w |= mask_part_word(&e->parts[p], b, h, lenk, i, j0, width);
+        w |= mask_part_word(&e->parts[p], b, h, lenk, off, i, j0, width);
     return w;
 }
 
@@ -393,22 +408,25 @@ MASK_HD static inline int mask_blocks_tile_class(const mask_part_eval *p, int h,
     return MASK_TILE_UNKNOWN;
 }
 
-/* Part p over rows [i0, i1) x columns [j0, j1) (j1 <= lenk): EMPTY, FULL or UNKNOWN. */
+/* Part p over rows [i0, i1) x columns [j0, j1) (j1 <= lenk): EMPTY, FULL or
+ * UNKNOWN; off: the analytic parts' row offset (mask_row_offset). */
 MASK_HD static inline int mask_part_tile_class(const mask_part_eval *p, int b, int h, int lenk,
-                                               int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+                                               int64_t off, int64_t i0, int64_t i1, int64_t j0,
+                                               int64_t j1)
 {
+    const int64_t a0 = i0 + off, a1 = i1 + off; /* the analytic parts' rows */
     switch (p->kind) {
     case MASK_PART_FULL: return MASK_TILE_FULL;
     case MASK_PART_CAUSAL:
-        if (j1 - 1 <= i0) return MASK_TILE_FULL;
-        return j0 > i1 - 1 ? MASK_TILE_EMPTY : MASK_TILE_UNKNOWN;
+        if (j1 - 1 <= a0) return MASK_TILE_FULL;
+        return j0 > a1 - 1 ? MASK_TILE_EMPTY : MASK_TILE_UNKNOWN;
     case MASK_PART_WINDOW:
-        if (j0 >= i1 - 1 - p->a && j1 - 1 <= i0 + p->b) return MASK_TILE_FULL;
-        if (j0 > i1 - 1 + p->b || j1 - 1 < i0 - p->a) return MASK_TILE_EMPTY;
+        if (j0 >= a1 - 1 - p->a && j1 - 1 <= a0 + p->b) return MASK_TILE_FULL;
+        if (j0 > a1 - 1 + p->b || j1 - 1 < a0 - p->a) return MASK_TILE_EMPTY;
         return MASK_TILE_UNKNOWN;
     case MASK_PART_DILATED: {
         /* i - j takes every value in [dlo, dhi] over the rectangle. */
-        int64_t dlo = i0 - (j1 - 1), dhi = (i1 - 1) - j0;
+        int64_t dlo = a0 - (j1 - 1), dhi = (a1 - 1) - j0;
         int64_t lo = mask_max64(dlo, -p->span), hi = mask_min64(dhi, p->span);
         if (lo > hi || mask_floor_div(hi, p->b) * p->b < lo) return MASK_TILE_EMPTY;
         if (p->b == 1 && dlo >= -p->span && dhi <= p->span) return MASK_TILE_FULL;
@@ -442,9 +460,10 @@ MASK_HD static inline int mask_tile_class(const mask_eval *e, int b, int h, int 
     if (i0 >= lenq || j0 >= lenk) return MASK_TILE_EMPTY;
     int64_t i1 = i0 + e->tile_m, j1 = j0 + e->tile_n;
     int64_t je = mask_min64(j1, lenk);
+    const int64_t off = mask_row_offset(e, lenq, lenk);
     int any = 0;
     for (int p = 0; p < e->n_parts; p++) {
-        int k = mask_part_tile_class(&e->parts[p], b, h, lenk, i0, i1, j0, je);
+        int k = mask_part_tile_class(&e->parts[p], b, h, lenk, off, i0, i1, j0, je);
         if (k == MASK_TILE_FULL) return je == j1 ? MASK_TILE_FULL : MASK_TILE_MIXED;
         if (k != MASK_TILE_EMPTY) any = 1;
     }

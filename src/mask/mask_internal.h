@@ -40,6 +40,7 @@ typedef struct mask_part {
 struct stof_mask_spec {
     int n_parts;
     mask_part parts[MASK_MAX_PARTS];
+    stof_mask_align align; /* how the analytic parts place rows when Lq != Lk */
 };
 
 /* Compile parameters checked against the spec. */
@@ -54,6 +55,7 @@ typedef struct mask_plan {
     int32_t *len_q, *len_k; /* [bm], owned */
     int64_t cap_entries, cap_partial;
     mask_estimate est;
+    int align_end; /* the spec's alignment is bottom-right (mask_eval.align_end) */
 } mask_plan;
 
 typedef struct mask_layout {

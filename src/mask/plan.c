@@ -174,6 +174,7 @@ stof_status mask_plan_make(stof_ctx *ctx, const stof_mask_spec *spec, const stof
     plan->heads = p->heads;
     plan->lq = p->len_q;
     plan->lk = p->len_k;
+    plan->align_end = spec->align == STOF_ALIGN_BOTTOM_RIGHT;
     plan->tm = p->tile_m ? p->tile_m : 64;
     plan->tn = p->tile_n ? p->tile_n : 64;
     plan->n_trow = (int)stof_cdiv(plan->lq, plan->tm);
@@ -226,6 +227,7 @@ void mask_eval_set_geometry(const mask_plan *plan, mask_eval *e)
     e->tile_n = plan->tn;
     e->n_trow = plan->n_trow;
     e->n_tcol = plan->n_tcol;
+    e->align_end = plan->align_end;
 }
 
 void mask_part_eval_fill(const mask_part *src, const mask_plan *plan, mask_part_eval *dst)
@@ -381,8 +383,10 @@ static int64_t block_span_tiles(int64_t block, int tn)
     return (block + tn - 1) / tn + 1;
 }
 
+/* off_lo, off_hi: the least and most row offset of the analytic parts
+ * (mask_row_offset) over the batch entries the bound stands for. */
 static void acc_part(const bound_ctx *bc, int k, row_acc *a, int64_t i0, int64_t i1, int64_t lenk,
-                     int64_t nc)
+                     int64_t nc, int64_t off_lo, int64_t off_hi)
 {
     const mask_part *p = &bc->spec->parts[k];
     const mask_plan *pl = bc->plan;
@@ -390,13 +394,17 @@ static void acc_part(const bound_ctx *bc, int k, row_acc *a, int64_t i0, int64_t
     int64_t BIG = INT64_MAX / 4;
     switch (p->kind) {
     case MASK_PART_FULL: acc_interval(a, tn, lenk, 0, lenk - 1, 0, lenk - 1, true); break;
-    case MASK_PART_CAUSAL: acc_interval(a, tn, lenk, 0, i1 - 1, -BIG, i0, true); break;
+    case MASK_PART_CAUSAL:
+        acc_interval(a, tn, lenk, 0, i1 - 1 + off_hi, -BIG, i0 + off_lo, true);
+        break;
     case MASK_PART_WINDOW:
-        acc_interval(a, tn, lenk, i0 - p->a, i1 - 1 + p->b, i1 - 1 - p->a, i0 + p->b, true);
+        acc_interval(a, tn, lenk, i0 + off_lo - p->a, i1 - 1 + off_hi + p->b,
+                     i1 - 1 + off_hi - p->a, i0 + off_lo + p->b, true);
         break;
     case MASK_PART_DILATED: {
         int64_t span = (int64_t)p->a * p->b;
-        acc_interval(a, tn, lenk, i0 - span, i1 - 1 + span, i1 - 1 - p->a, i0 + p->a, p->b == 1);
+        acc_interval(a, tn, lenk, i0 + off_lo - span, i1 - 1 + off_hi + span,
+                     i1 - 1 + off_hi - p->a, i0 + off_lo + p->a, p->b == 1);
         break;
     }
     case MASK_PART_GLOBAL_N:
@@ -557,6 +565,19 @@ static void bound_entry(const bound_ctx *bc, int64_t lenq, int64_t lenk, bool le
     int64_t rows = (lenq + pl->tm - 1) / pl->tm;
     int heads = bc->head_blocks ? pl->hm : 1;
     int64_t mult = bc->head_blocks ? 1 : pl->hm;
+    /* Unknown lengths: any offset a pair of lengths within the padding gives,
+     * unless the keys' lengths are the queries' (offset 0) or there are none
+     * (Lk - Lq). */
+    int64_t off_lo = 0, off_hi = 0;
+    if (pl->align_end) {
+        const bool none = !pl->lengths_q && !pl->lengths_k;
+        if (!lens_unknown || none) {
+            off_lo = off_hi = lenk - lenq;
+        } else if (pl->lengths_k != pl->lengths_q) {
+            off_lo = -(int64_t)pl->lq;
+            off_hi = pl->lk;
+        }
+    }
     *t_sum = *c_sum = *t_max = *rows_listed = 0;
     if (nc == 0) return;
     row_acc a;
@@ -565,7 +586,7 @@ static void bound_entry(const bound_ctx *bc, int64_t lenq, int64_t lenk, bool le
         a.nt = a.nf = 0;
         a.t_scattered = a.f_scattered = a.unknown = 0;
         for (int k = 0; k < bc->spec->n_parts; k++)
-            acc_part(bc, k, &a, i0, i1, lenk, nc);
+            acc_part(bc, k, &a, i0, i1, lenk, nc, off_lo, off_hi);
         int64_t tu = union_size(a.t_lo, a.t_hi, a.nt), fu = union_size(a.f_lo, a.f_hi, a.nf);
         for (int h = 0; h < heads; h++) {
             int64_t bt = 0, bu = 0, t, c;

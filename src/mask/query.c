@@ -218,9 +218,11 @@ stof_status stof_mask_decode(stof_mask *mask, int b, int h, uint8_t *dense, size
 /* lengths follow the compile rule: lengths_k NULL means lengths_q when lq == lk,
  * full length otherwise; host values must lie in [0, L]. */
 
-stof_status stof_mask_spec_to_dense(const stof_mask_spec *spec, int batch, int heads, int lq,
-                                    int lk, const int32_t *lengths_q, const int32_t *lengths_k,
-                                    int b, int h, uint8_t *dense)
+/* rows rows of the plane; clip: rows at or past the query length cleared
+ * (else they follow the spec, as the tiles store them). */
+static stof_status oracle_plane(const stof_mask_spec *spec, int batch, int heads, int lq, int lk,
+                                const int32_t *lengths_q, const int32_t *lengths_k, int b, int h,
+                                int rows, bool clip, uint8_t *dense)
 {
     STOF_REQUIRE(dense, STOF_ERR_INVALID_ARG, "stof_mask_spec_to_dense: dense is NULL");
     STOF_REQUIRE(b >= 0 && b < batch && h >= 0 && h < heads, STOF_ERR_INVALID_ARG,
@@ -246,12 +248,26 @@ stof_status stof_mask_spec_to_dense(const stof_mask_spec *spec, int batch, int h
          * must not share the compiler's idea of which masks are alike. */
         const int32_t *lk_src = lengths_k ? lengths_k : (lq == lk ? lengths_q : NULL);
         int lenq = lengths_q ? lengths_q[b] : lq, lenk = lk_src ? lk_src[b] : lk;
-        for (int i = 0; i < lq; i++)
+        for (int i = 0; i < rows; i++)
             for (int j = 0; j < lk; j++)
-                dense[(size_t)i * lk + j] =
-                    (uint8_t)(i < lenq && j < lenk && mask_visible(&he.e, b, h, lenk, i, j));
+                dense[(size_t)i * lk + j] = (uint8_t)((!clip || i < lenq) && j < lenk &&
+                                                      mask_visible(&he.e, b, h, lenq, lenk, i, j));
     }
     mask_host_eval_free(&he);
     mask_plan_free(&plan);
     return st;
+}
+
+stof_status stof_mask_spec_to_dense(const stof_mask_spec *spec, int batch, int heads, int lq,
+                                    int lk, const int32_t *lengths_q, const int32_t *lengths_k,
+                                    int b, int h, uint8_t *dense)
+{
+    return oracle_plane(spec, batch, heads, lq, lk, lengths_q, lengths_k, b, h, lq, true, dense);
+}
+
+stof_status stof_mask_spec_tile_plane(const stof_mask_spec *spec, int batch, int heads, int lq,
+                                      int lk, const int32_t *lengths_q, const int32_t *lengths_k,
+                                      int b, int h, int rows, uint8_t *dense)
+{
+    return oracle_plane(spec, batch, heads, lq, lk, lengths_q, lengths_k, b, h, rows, false, dense);
 }

@@ -35,6 +35,18 @@ void stof_mask_spec_destroy(stof_mask_spec *spec)
     free(spec);
 }
 
+stof_status stof_mask_spec_set_align(stof_mask_spec *spec, stof_mask_align align)
+{
+    STOF_REQUIRE(spec, STOF_ERR_INVALID_ARG, "stof_mask_spec_set_align: spec is NULL");
+    STOF_REQUIRE(align == STOF_ALIGN_BOTTOM_RIGHT || align == STOF_ALIGN_TOP_LEFT,
+                 STOF_ERR_INVALID_ARG,
+                 "stof_mask_spec_set_align: alignment %d is not STOF_ALIGN_BOTTOM_RIGHT (0) or "
+                 "STOF_ALIGN_TOP_LEFT (1)",
+                 (int)align);
+    spec->align = align;
+    return STOF_OK;
+}
+
 /* A fresh part slot, or an error naming the call. */
 static stof_status spec_new_part(stof_mask_spec *spec, const char *call, int kind, mask_part **out)
 {
@@ -444,6 +456,12 @@ static stof_status parse_part(parser *ps)
         ps->pos += n;
         return stof_mask_spec_add_causal(ps->spec);
     }
+    /* Alignment words: a setting of the whole spec, written among the parts. */
+    if (KEYWORD("topleft") || KEYWORD("bottomright")) {
+        ps->pos += n;
+        return stof_mask_spec_set_align(ps->spec,
+                                        *w == 't' ? STOF_ALIGN_TOP_LEFT : STOF_ALIGN_BOTTOM_RIGHT);
+    }
     if (KEYWORD("dense"))
         return parse_error(ps, at,
                            "dense masks come only from a tensor "
@@ -467,7 +485,8 @@ static stof_status parse_part(parser *ps)
 #undef KEYWORD
     return parse_error(ps, at,
                        "expected a part: full, causal, window:W, window:L:R, dilated:WxD, "
-                       "global:N, global:[i,...], random:BxN@SEED or blocks:B:ROW/...");
+                       "global:N, global:[i,...], random:BxN@SEED or blocks:B:ROW/... (or an "
+                       "alignment: topleft, bottomright)");
 }
 
 stof_status stof_mask_spec_parse(const char *text, stof_mask_spec **out)
@@ -585,6 +604,7 @@ stof_status stof_mask_spec_format(const stof_mask_spec *spec, char *buf, size_t 
         if (i) out_char(&o, ',');
         format_part(&o, &spec->parts[i]);
     }
+    if (spec->align == STOF_ALIGN_TOP_LEFT) out_printf(&o, spec->n_parts ? ",topleft" : "topleft");
     if (cap) buf[o.len < cap ? o.len : cap - 1] = '\0';
     if (needed) *needed = o.len + 1;
     return STOF_OK;

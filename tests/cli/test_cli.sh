@@ -314,7 +314,7 @@ test_mask()
     out_lines 6
     # The SPEC may stand after the options; --seq-k, --tile, --lengths and --map.
     run_case 0 mask --seq 256 --seq-k 128 --tile 32 --map --device cpu --batch 2 --heads 3 \
-        --lengths 100,256 causal
+        --lengths 100,256 causal,topleft
     out_has "shape         B=2 H=3 Lq=256 Lk=128 on cpu"
     out_has "tiles         32x32: 36 listed of 64 (28 full, 8 partial), tile density 0.5625"
     out_has "visible pairs 29690, density 0.4530"

@@ -10,12 +10,19 @@ import stof
 np = pytest.importorskip("numpy")
 
 
-def reference(q, k, v, visible, scale=None):
-    """softmax(scale q k^T over visible) v in float64; q [B,H,Lq,D], visible
-    broadcastable to [B,H,Lq,Lk]; rows with nothing visible give zeros."""
+def reference(q, k, v, visible, scale=None, bias=None, softcap=0.0):
+    """softmax(cap(scale q k^T) + bias over visible) v in float64; q [B,H,Lq,D], k
+    and v [B,Hkv,Lk,D] (repeated to q's heads), visible and bias broadcastable
+    to [B,H,Lq,Lk]; rows with nothing visible give zeros."""
+    group = q.shape[1] // k.shape[1]
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     s = np.einsum("bhid,bhjd->bhij", q, k) * scale
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
+    if bias is not None:
+        s = s + bias
     vis = np.broadcast_to(visible, s.shape)
     s = np.where(vis, s, -np.inf)
     m = s.max(axis=-1, keepdims=True)
@@ -78,8 +85,10 @@ def test_scale_and_strided_views(rng):
 def test_lq_differs_from_lk(rng):
     B, H, Lq, Lk, D = 1, 2, 40, 72, 8
     q, k, v = randn(rng, B, H, Lq, D), randn(rng, B, H, Lk, D), randn(rng, B, H, Lk, D)
-    out = stof.attention(q, k, v, mask="window:10")
+    out = stof.attention(q, k, v, mask="window:10")  # bottom-right: row i sits at i + Lk - Lq
     i, j = np.arange(Lq)[:, None], np.arange(Lk)[None, :]
+    assert rel_err(out, reference(q, k, v, abs(i + Lk - Lq - j) <= 10)) < 1e-5
+    out = stof.attention(q, k, v, mask="window:10,topleft")
     assert rel_err(out, reference(q, k, v, abs(i - j) <= 10)) < 1e-5
 
 

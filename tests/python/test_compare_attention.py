@@ -15,9 +15,9 @@ import stof
 torch = pytest.importorskip("torch")
 pytest.importorskip("numpy")
 
-SCHEMA = ["B", "H", "L", "D", "mask", "density", "kernel", "stof_ms", "stof_mask_ms", "flex_ms",
-          "flex_mask_ms", "flex_options", "sdpa_flash_ms", "sdpa_mask_ms", "max_rel_err",
-          "flex_max_rel_err"]
+SCHEMA = ["suite", "B", "H", "L", "D", "dtype", "kv_heads", "bias", "mask", "density", "kernel",
+          "stof_ms", "stof_mask_ms", "flex_ms", "flex_mask_ms", "flex_options", "sdpa_flash_ms",
+          "sdpa_cudnn_ms", "sdpa_mask_ms", "max_rel_err", "flex_max_rel_err"]
 SUMMARY = ["geomean_vs_flex", "min_vs_flex", "dense_vs_sdpa", "max_mask_share",
            "mask_share_per_layer_12", "mask_timing_floor_ms", "timing_floor_call_ms"]
 
@@ -104,6 +104,24 @@ def test_schema_and_writers(tmp_path, capsys):
     png = ca.write_chart(cases, str(tmp_path / "chart.png"), "test")
     assert png and (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps({"cases": cases, "summary": ca.summarize(cases)})
+
+
+def test_suite_b_summary():
+    """Suite B's keys from rows made up here: ratios computed as the docstring says."""
+    import attention_suite_b as sb
+
+    def row(case, L, kv, mask, bias, stof, flex, cudnn=None, bias_ms=None, nobias=None):
+        return {"suite": "B", "case": case, "L": L, "kv_heads": kv, "mask": mask, "bias": bias,
+                "stof_ms": stof, "flex_ms": flex, "sdpa_flash_ms": None, "sdpa_cudnn_ms": cudnn,
+                "sdpa_efficient_ms": None, "sdpa_bias_ms": bias_ms, "stof_nobias_ms": nobias}
+    rows = [row("causal", 8192, 32, "causal", None, 2.0, 3.0, cudnn=1.0),
+            row("gqa causal", 8192, 8, "causal", None, 1.0, 2.0, cudnn=1.5),
+            row("t5 causal", 512, 12, "causal", "t5", 0.1, 0.2, bias_ms=0.05, nobias=0.08),
+            row("sliding window", 16384, 8, "window:4096:0", None, 1.0, 4.0)]
+    s = ca.summarize(rows)
+    assert s["b_gqa_vs_mha"] == 2.0 and s["b_bias_overhead"] == 1.25
+    assert s["b_min_dense_causal_vs_best_sdpa"] == 0.5 and s["b_min_masked_vs_best_peer"] == 0.5
+    assert s["b_geomean_vs_flex"] == round((1.5 * 2 * 2 * 4) ** 0.25, 4)
 
 
 def test_arguments_and_names():

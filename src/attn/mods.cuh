@@ -1,0 +1,203 @@
+/*
+ * mods.cuh — the score modifiers of the block-wise kernel's modifier
+ * variants (attn.h's attn_mods): the tanh soft cap and the position biases
+ * (T5 buckets, ALiBi, an additive tensor), applied to a score fragment in
+ * natural units before it goes to the log2 domain, exactly as the CPU
+ * reference (src/cpu/attention.c) defines them.
+ *
+ * The one non-obvious choice: a T5 bias is looked up, not computed. The
+ * bucket of a distance is found by comparing it with thresholds the host
+ * derived from the reference's own bucket function (attn_t5_levels), so the
+ * GPU and the CPU agree bucket for bucket (a logf on either side could tip a
+ * boundary); each CTA then lays out its head's bias for every relative
+ * position in [-max_distance, max_distance] in shared memory, and a score
+ * pays one clamped shared-memory load.
+ */
+#ifndef STOF_ATTN_MODS_CUH
+#define STOF_ATTN_MODS_CUH
+
+#include "attn/attn.h"
+#include "attn/mma.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#define ATTN_LOG2E 1.4426950408889634f
+
+/* One CTA's view of the modifiers: its head's slope or table, its (b, h)
+ * plane of a bias tensor, and where its rows and columns sit. */
+typedef struct attn_mod_ctx {
+    int kind;
+    float scale;        /* raw q.k to natural units (the softmax scale) */
+    float out;          /* natural units to the kernel's (log2 or raw units) */
+    float cap, inv_cap; /* cap 0: none; cap already times out */
+    float slope;        /* ALiBi, times out */
+    const float *tab;   /* T5: shared [2 max_distance + 1], bias of relative position r at
+                           tab[r + max_distance], times out */
+    int maxd;
+    const char *tensor; /* TENSOR: the (b, h) plane, element (i, j) at i * ti + j * tj */
+    int64_t ti, tj;
+    int dtype, lq, lk;
+    int split, p; /* row i of the kernel is token i * split + p (mask.h's residue split) */
+    int off;      /* query position - query token (bottom-right offset) */
+} attn_mod_ctx;
+
+/* Bucket of relative position rel = key - query (cpu_t5_bucket's, by thresholds). */
+static __device__ __forceinline__ int attn_t5_bucket(int rel, const attn_mods *m)
+{
+    int n = m->t5_num_buckets, bucket = 0, r;
+    if (m->t5_bidirectional) {
+        n /= 2;
+        if (rel > 0) bucket = n;
+        r = rel < 0 ? -rel : rel;
+    } else {
+        r = rel < 0 ? -rel : 0;
+    }
+    if (r < m->t5_exact) return bucket + r;
+    int level = 0;
+    while (level < m->t5_levels && r >= m->t5_thr[level])
+        level++;
+    return bucket + m->t5_exact + level;
+}
+
+/* Bytes of shared memory the modifiers of a launch take after the K/V stages. */
+static inline size_t attn_mods_smem_bytes(const attn_mods *m)
+{
+    if (m->bias_kind != STOF_BIAS_T5) return 0;
+    return ((size_t)(2 * m->t5_max_distance + 1) * sizeof(float) + 15u) & ~(size_t)15u;
+}
+
+/* The CTA's context; a T5 table is written into tab_smem by every thread
+ * (the caller synchronises before the first score). hv: the kernels' head. */
+static __device__ __forceinline__ attn_mod_ctx attn_mod_setup(const attn_launch *a,
+                                                              const attn_seq *s, int b, int hv,
+                                                              float *tab_smem, int threads,
+                                                              float out)
+{
+    const attn_mods *m = &a->mods;
+    attn_mod_ctx c;
+    c.kind = m->bias_kind;
+    c.scale = a->scale;
+    c.out = out;
+    c.cap = m->softcap * out;
+    c.inv_cap = m->softcap > 0.0f ? 1.0f / m->softcap : 0.0f;
+    c.split = a->split;
+    c.p = hv - s->head * a->split;
+    c.off = a->tiles.align_end ? s->len_k - s->len_q : 0; /* mask_tiles_offset */
+    c.slope = 0.0f;
+    c.tab = tab_smem;
+    c.maxd = m->t5_max_distance;
+    c.tensor = NULL;
+    c.ti = c.tj = 0;
+    c.dtype = m->bias_dtype;
+    c.lq = m->bias_lq;
+    c.lk = m->bias_lk;
+    const float *f = (const float *)m->bias;
+    if (c.kind == STOF_BIAS_ALIBI) c.slope = f[(int64_t)s->head * m->bias_st[0]] * out;
+    if (c.kind == STOF_BIAS_T5) {
+        for (int r = threadIdx.x; r <= 2 * c.maxd; r += threads)
+            tab_smem[r] =
+                out *
+                f[(int64_t)attn_t5_bucket(r - c.maxd, m) * m->bias_st[0] + s->head * m->bias_st[1]];
+    }
+    if (c.kind == STOF_BIAS_TENSOR) {
+        const int64_t es = m->bias_dtype == STOF_F32 ? 4 : 2;
+        c.tensor = (const char *)m->bias + (b * m->bias_st[0] + s->head * m->bias_st[1]) * es;
+        c.ti = m->bias_st[2] * es;
+        c.tj = m->bias_st[3] * es;
+    }
+    return c;
+}
+
+/* The bias of kernel row i, key column j (tokens of the sequence). */
+static __device__ __forceinline__ float attn_mod_bias(const attn_mod_ctx &c, int i, int j)
+{
+    const int ti = i * c.split + c.p, tj = j * c.split + c.p;
+    const int rel = tj - (ti + c.off);
+    switch (c.kind) {
+    case STOF_BIAS_T5: return c.tab[min(max(rel, -c.maxd), c.maxd) + c.maxd];
+    case STOF_BIAS_ALIBI: return -c.slope * (float)(rel < 0 ? -rel : rel);
+    case STOF_BIAS_TENSOR: {
+        if (ti >= c.lq || tj >= c.lk) return 0.0f; /* padding: never visible */
+        const char *e = c.tensor + ti * c.ti + tj * c.tj;
+        if (c.dtype == STOF_F32) return *(const float *)e;
+        if (c.dtype == STOF_F16) return __half2float(*(const __half *)e);
+        return __bfloat162float(*(const __nv_bfloat16 *)e);
+    }
+    default: return 0.0f;
+    }
+}
+
+/* tanh from one exp2 and one reciprocal: absolute error a few 1e-7 (what a
+ * capped score needs: cap times it), where tanhf takes a long polynomial. */
+static __device__ __forceinline__ float attn_tanh(float x)
+{
+    return 1.0f - 2.0f / (1.0f + exp2_approx(x * (2.0f * ATTN_LOG2E)));
+}
+
+/* Key minus query of element e of n-block j, less the thread's base (split 1). */
+#define ATTN_MOD_DELTA(j, e) (8 * (j) + ((e)&1) - 8 * ((e) >> 1))
+
+/* One warp's 16-row block of scores, n-blocks of 8 keys in the mma.sync /
+ * wgmma accumulator layout (element e of n-block j: row g + 8 (e >> 1), key
+ * 8 j + 2 t + (e & 1)): each raw q.k becomes (cap(raw * scale) + bias) * out
+ * (out, the context's, folded into the cap, slope and table at setup).
+ * row_g: the kernel row of accumulator row g; col_t: the key of column 2t of
+ * n-block 0. The kind and the split are uniform: one branch a tile, and the
+ * common unsplit case takes compile-time offsets (ALiBi: one FADD and one
+ * FFMA a score). */
+template <int NB>
+static __device__ __forceinline__ void attn_apply_mods(float (&s)[NB][4], const attn_mod_ctx &c,
+                                                       int row_g, int col_t)
+{
+    if (c.cap > 0.0f) {
+        const float in = c.scale * c.inv_cap;
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = c.cap * attn_tanh(s[j][e] * in);
+    } else {
+        const float k = c.scale * c.out;
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] *= k;
+    }
+    /* rel = key - position of the query, tokens of the sequence */
+    const int base = col_t * c.split + c.p - (row_g * c.split + c.p + c.off);
+    if (c.kind == STOF_BIAS_ALIBI && c.split == 1) {
+        const float fb = (float)base;
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = fmaf(-c.slope, fabsf(fb + (float)ATTN_MOD_DELTA(j, e)), s[j][e]);
+    } else if (c.kind == STOF_BIAS_T5 && c.split == 1) {
+        const float *tab = c.tab + c.maxd;
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] += tab[min(max(base + ATTN_MOD_DELTA(j, e), -c.maxd), c.maxd)];
+    } else if (c.kind == STOF_BIAS_ALIBI || c.kind == STOF_BIAS_T5) {
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int rel = base + ATTN_MOD_DELTA(j, e) * c.split;
+                s[j][e] += c.kind == STOF_BIAS_T5 ? c.tab[min(max(rel, -c.maxd), c.maxd) + c.maxd]
+                                                  : -c.slope * (float)abs(rel);
+            }
+    } else if (c.kind == STOF_BIAS_TENSOR) {
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = fmaf(attn_mod_bias(c, row_g + 8 * (e >> 1), col_t + 8 * j + (e & 1)),
+                               c.out, s[j][e]);
+    }
+}
+
+#endif /* STOF_ATTN_MODS_CUH */

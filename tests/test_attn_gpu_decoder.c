@@ -1,0 +1,439 @@
+/*
+ * test_attn_gpu_decoder.c — the GPU attention kernels on decoder and T5
+ * inputs against the CPU reference (cpu_attention_ex, double accumulation,
+ * on the fp16/bf16-rounded inputs and masks built straight from the spec).
+ *
+ * The sweep (sampled from the cross product so that it runs in minutes):
+ * head dims 32, 64, 80, 96, 128, 256 x fp16/bf16 x {dense, causal, window,
+ * longformer, bigbird, varlen, packed} x {MHA, GQA 4:1, MQA} x {no bias, T5
+ * buckets, ALiBi, bias tensor, soft cap} x {Lq = Lk, Lq < Lk (bottom-right
+ * offset), top-left}, L in {1, 17, 128, 1000, 4097}. Every case runs under
+ * AUTO (a bias or cap at head dim 64/128: the sm_90 kernel on Hopper) and
+ * block-wise forced; where the call has no modifier and a common head dim,
+ * the row-wise and sm_90 kernels forced too (they read K/V by head group). Inputs are fresh random
+ * values with NaN in every padding row; the output is poisoned (NaN) before every run; rows with no
+ * visible key must come back as exact zeros. Long rows are checked on a sample of query rows.
+ * STOF_TEST_MAX_L=N skips cases longer than N (the sanitizer's subset).
+ */
+#include "attn/attn.h"
+#include "cpu/cpu_ref.h"
+#include "mask/mask.h"
+#include "testlib.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+static test_rng rng;
+static stof_ctx *ctx;
+static int runs_done, runs_skipped;
+
+typedef struct dcase {
+    const char *mask; /* spec text */
+    int B, H, Hkv, Lq, Lk, D;
+    stof_dtype dt;
+    bool lengths, packed;
+    int32_t lens_q[4], lens_k[4];
+    int bias_kind; /* STOF_BIAS_* */
+    float softcap;
+    int t5_buckets, t5_bidir, t5_maxd;
+    stof_dtype bias_dt; /* tensor bias */
+    bool bias_bcast;    /* tensor [1, H, Lq, Lk] */
+    char name[200];
+} dcase;
+
+static void *dev_put(const void *src, size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) {
+        fprintf(stderr, "cudaMalloc of %zu bytes failed\n", bytes);
+        exit(1);
+    }
+    if (src && bytes) cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice);
+    return p;
+}
+
+static int seq_len(const dcase *c, int b, bool key)
+{
+    if (!c->lengths) return key ? c->Lk : c->Lq;
+    return key ? c->lens_k[b] : c->lens_q[b];
+}
+
+/* Element (b, h, i, d) of an operand with `heads` heads: padded [B, heads, L, D]
+ * or packed [T, heads, D] at the sequence's first token cu[b]. */
+static int64_t at(const dcase *c, const int32_t *cu, int heads, int L, int b, int h, int i, int d)
+{
+    if (c->packed) return ((int64_t)(cu[b] + i) * heads + h) * c->D + d;
+    return (((int64_t)b * heads + h) * L + i) * c->D + d;
+}
+
+/* Stored 16-bit values (NaN where no real token is) and the logical fp32
+ * [B, heads, L, D] the reference reads (zeros past the lengths). */
+static void make_operand(const dcase *c, const int32_t *cu, int heads, int L, bool key, float amp,
+                         uint16_t **stored, float **logical, int64_t *elems)
+{
+    *elems = c->packed ? (int64_t)cu[c->B] * heads * c->D : (int64_t)c->B * heads * L * c->D;
+    *stored = malloc((size_t)(*elems > 0 ? *elems : 1) * 2);
+    *logical = calloc((size_t)c->B * heads * L * c->D, sizeof(float));
+    for (int64_t e = 0; e < *elems; e++)
+        (*stored)[e] = c->dt == STOF_F16 ? 0x7e00 : 0x7fc0;
+    for (int b = 0; b < c->B; b++)
+        for (int h = 0; h < heads; h++)
+            for (int i = 0; i < seq_len(c, b, key); i++)
+                for (int d = 0; d < c->D; d++) {
+                    int64_t off = at(c, cu, heads, L, b, h, i, d);
+                    stof_store_f(*stored, c->dt, off, test_rng_float(&rng, -amp, amp));
+                    (*logical)[(((int64_t)b * heads + h) * L + i) * c->D + d] =
+                        stof_load_f(*stored, c->dt, off);
+                }
+}
+
+static stof_tensor tensor_of(const dcase *c, void *dev, int64_t tokens, int heads, int L)
+{
+    if (c->packed) {
+        int64_t shape[3] = {tokens > 0 ? tokens : 1, heads, c->D};
+        return stof_tensor_make(dev, c->dt, STOF_MEM_DEVICE, 3, shape);
+    }
+    int64_t shape[4] = {c->B, heads, L, c->D};
+    return stof_tensor_make(dev, c->dt, STOF_MEM_DEVICE, 4, shape);
+}
+
+/* Query rows checked: all of short planes, else edges, ends and random rows. */
+static int pick_rows(const dcase *c, int b, int *rows)
+{
+    int n = 0, len = seq_len(c, b, false);
+    if ((int64_t)c->H * c->Lq * c->Lk <= (int64_t)1 << 21) {
+        for (int i = 0; i < len; i++)
+            rows[n++] = i;
+        return n;
+    }
+    const int fixed[] = {0, 1, 15, 16, 63, 64, 65, 127, 128, 1000, 2047, 2048, 4095, 4096};
+    for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++)
+        if (fixed[k] < len) rows[n++] = fixed[k];
+    if (len - 1 > 0) rows[n++] = len - 1;
+    for (int k = 0; k < 24; k++)
+        rows[n++] = (int)test_rng_int(&rng, 0, len - 1);
+    return n;
+}
+
+static void describe(dcase *c)
+{
+    static const char *bias[] = {"none", "t5", "alibi", "tensor"};
+    snprintf(c->name, sizeof c->name, "{%s} B%d H%d/%d L%d/%d D%d %s %s%s bias %s%s cap %g",
+             c->mask, c->B, c->H, c->Hkv, c->Lq, c->Lk, c->D, stof_dtype_name(c->dt),
+             c->packed ? "packed" : "padded", c->lengths ? "+lengths" : "", bias[c->bias_kind],
+             c->bias_kind == STOF_BIAS_TENSOR ? (c->bias_bcast ? "[1,H]" : "[B,H]") : "",
+             (double)c->softcap);
+}
+
+static void run_case(dcase *c)
+{
+    describe(c);
+    const int B = c->B, H = c->H, Hkv = c->Hkv, Lq = c->Lq, Lk = c->Lk, D = c->D;
+    int32_t cu_q[5] = {0}, cu_k[5] = {0};
+    for (int b = 0; b < B; b++) {
+        cu_q[b + 1] = cu_q[b] + seq_len(c, b, false);
+        cu_k[b + 1] = cu_k[b] + seq_len(c, b, true);
+    }
+    uint16_t *qs, *ks, *vs;
+    float *ql, *kl, *vl;
+    int64_t nq, nk, nv;
+    make_operand(c, cu_q, H, Lq, false, 1.5f, &qs, &ql, &nq);
+    make_operand(c, cu_k, Hkv, Lk, true, 1.5f, &ks, &kl, &nk);
+    make_operand(c, cu_k, Hkv, Lk, true, 1.0f, &vs, &vl, &nv);
+    uint16_t *poison = malloc((size_t)(nq > 0 ? nq : 1) * 2),
+             *got = malloc((size_t)(nq > 0 ? nq : 1) * 2);
+    for (int64_t e = 0; e < nq; e++)
+        poison[e] = c->dt == STOF_F16 ? 0x7e00 : 0x7fc0;
+    void *qd = dev_put(qs, (size_t)nq * 2), *kd = dev_put(ks, (size_t)nk * 2);
+    void *vd = dev_put(vs, (size_t)nv * 2), *od = dev_put(NULL, (size_t)nq * 2);
+    void *cuqd = dev_put(cu_q, sizeof cu_q), *cukd = dev_put(cu_k, sizeof cu_k);
+    stof_tensor q = tensor_of(c, qd, cu_q[B], H, Lq), k = tensor_of(c, kd, cu_k[B], Hkv, Lk);
+    stof_tensor v = tensor_of(c, vd, cu_k[B], Hkv, Lk), o = tensor_of(c, od, cu_q[B], H, Lq);
+    int64_t cshape[1] = {B + 1};
+    stof_tensor cuq = stof_tensor_make(cuqd, STOF_I32, STOF_MEM_DEVICE, 1, cshape);
+    stof_tensor cuk = stof_tensor_make(cukd, STOF_I32, STOF_MEM_DEVICE, 1, cshape);
+
+    /* The bias: a T5 table [buckets, H], slopes [H], or a tensor [B|1, H, Lq, Lk]. */
+    const int tb = c->bias_bcast ? 1 : B;
+    int64_t nbias = c->bias_kind == STOF_BIAS_T5       ? (int64_t)c->t5_buckets * H
+                    : c->bias_kind == STOF_BIAS_ALIBI  ? H
+                    : c->bias_kind == STOF_BIAS_TENSOR ? (int64_t)tb * H * Lq * Lk
+                                                       : 0;
+    stof_dtype bdt = c->bias_kind == STOF_BIAS_TENSOR ? c->bias_dt : STOF_F32;
+    void *bias_host = malloc((size_t)(nbias > 0 ? nbias : 1) * 4);
+    float *bias_f = malloc((size_t)(nbias > 0 ? nbias : 1) * 4);
+    for (int64_t e = 0; e < nbias; e++) {
+        float x = c->bias_kind == STOF_BIAS_ALIBI ? exp2f(-(float)(e + 1) * 8.0f / H)
+                                                  : test_rng_float(&rng, -3.0f, 3.0f);
+        stof_store_f(bias_host, bdt, e, x);
+        bias_f[e] = stof_load_f(bias_host, bdt, e);
+    }
+    void *bias_dev = dev_put(bias_host, (size_t)nbias * stof_dtype_size(bdt));
+    stof_tensor bias_t;
+    if (c->bias_kind == STOF_BIAS_T5) {
+        int64_t s[2] = {c->t5_buckets, H};
+        bias_t = stof_tensor_make(bias_dev, bdt, STOF_MEM_DEVICE, 2, s);
+    } else if (c->bias_kind == STOF_BIAS_ALIBI) {
+        int64_t s[1] = {H};
+        bias_t = stof_tensor_make(bias_dev, bdt, STOF_MEM_DEVICE, 1, s);
+    } else {
+        int64_t s[4] = {tb, H, Lq, Lk};
+        bias_t = stof_tensor_make(bias_dev, bdt, STOF_MEM_DEVICE, 4, s);
+    }
+
+    stof_mask_spec *spec = NULL;
+    CHECK_OK(stof_mask_spec_parse(c->mask, &spec));
+    int64_t bshape[1] = {B};
+    stof_tensor lq_t = stof_tensor_make(c->lens_q, STOF_I32, STOF_MEM_HOST, 1, bshape);
+    stof_tensor lk_t = stof_tensor_make(c->lens_k, STOF_I32, STOF_MEM_HOST, 1, bshape);
+    stof_mask_params mp = stof_mask_default_params();
+    mp.batch = B;
+    mp.heads = H;
+    mp.len_q = Lq;
+    mp.len_k = Lk;
+    mp.lengths_q = c->lengths ? &lq_t : NULL;
+    mp.lengths_k = c->lengths ? &lk_t : NULL;
+    mp.head_dim = D;
+    stof_mask *mask = NULL;
+    if (spec) CHECK_OK(stof_mask_compile(ctx, spec, &mp, &mask));
+
+    /* The reference on the checked rows. */
+    const bool top_left = strstr(c->mask, "topleft") != NULL;
+    int64_t off[4];
+    for (int b = 0; b < B; b++)
+        off[b] = top_left ? 0 : seq_len(c, b, true) - seq_len(c, b, false);
+    cpu_attn_extra x;
+    memset(&x, 0, sizeof x);
+    x.bias_kind = c->bias_kind;
+    x.table = bias_f;
+    x.heads = H;
+    x.t5_num_buckets = c->t5_buckets;
+    x.t5_bidirectional = c->t5_bidir;
+    x.t5_max_distance = c->t5_maxd;
+    x.tensor = bias_f;
+    x.t_stride[0] = c->bias_bcast ? 0 : (int64_t)H * Lq * Lk;
+    x.t_stride[1] = (int64_t)Lq * Lk;
+    x.t_stride[2] = Lk;
+    x.t_stride[3] = 1;
+    x.softcap = c->softcap;
+    x.off = off;
+    uint8_t *plane = malloc((size_t)Lq * Lk);
+    int *rows = malloc((size_t)(Lq + 64) * sizeof(int));
+    int *nrows = calloc((size_t)B, sizeof(int)), **rowsets = calloc((size_t)B, sizeof(int *));
+    float **ref = calloc((size_t)B * H, sizeof(float *));
+    uint8_t **empty = calloc((size_t)B * H, sizeof(uint8_t *));
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int b = 0; b < B && spec; b++) {
+        int n = pick_rows(c, b, rows);
+        nrows[b] = n;
+        rowsets[b] = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+        memcpy(rowsets[b], rows, (size_t)n * sizeof(int));
+        CHECK_OK(stof_mask_spec_to_dense(spec, B, H, Lq, Lk, c->lengths ? c->lens_q : NULL,
+                                         c->lengths ? c->lens_k : NULL, b, 0, plane));
+        for (int h = 0; h < H; h++) {
+            const int bh = b * H + h, hk = h / (H / Hkv);
+            empty[bh] = malloc((size_t)(n > 0 ? n : 1));
+            ref[bh] = malloc((size_t)(n > 0 ? n : 1) * D * sizeof(float));
+            x.b0 = b;
+            x.h0 = h;
+            for (int s = 0; s < n; s++) {
+                const int i = rows[s];
+                const uint8_t *prow = plane + (int64_t)i * Lk;
+                empty[bh][s] = 1;
+                for (int j = 0; j < Lk; j++)
+                    if (prow[j]) empty[bh][s] = 0;
+                x.i0 = i;
+                cpu_attention_ex(ql + (((int64_t)b * H + h) * Lq + i) * D,
+                                 kl + ((int64_t)b * Hkv + hk) * Lk * D,
+                                 vl + ((int64_t)b * Hkv + hk) * Lk * D, ref[bh] + (int64_t)s * D, 1,
+                                 1, 1, 1, Lk, D, prow, 0, 0, scale, &x);
+            }
+        }
+    }
+
+    /* Runs: AUTO, then each kernel forced where the call allows it. */
+    const bool general =
+        c->bias_kind != STOF_BIAS_NONE || c->softcap > 0.0f || D == 80 || D == 96 || D == 256;
+    const stof_attn_kernel kernels[4] = {STOF_ATTN_AUTO, STOF_ATTN_BLOCKWISE, STOF_ATTN_ROWWISE,
+                                         STOF_ATTN_BLOCKWISE_SM90};
+    for (int kk = 0; mask && kk < (general ? 2 : 4); kk++) {
+        stof_attn_params p = stof_attn_default_params();
+        p.kernel = kernels[kk];
+        p.bias_kind = c->bias_kind;
+        p.bias = c->bias_kind != STOF_BIAS_NONE ? &bias_t : NULL;
+        p.t5_bidirectional = c->t5_bidir;
+        p.t5_max_distance = c->t5_maxd;
+        p.softcap = c->softcap;
+        stof_attn_choice ch;
+        if (kk > 0 && stof_attention_select(ctx, &p, &q, mask, &ch) != STOF_OK) {
+            runs_skipped++; /* a forced kernel that cannot serve these tiles or this head dim */
+            continue;
+        }
+        cudaMemcpy(od, poison, (size_t)nq * 2, cudaMemcpyHostToDevice);
+        stof_status st = stof_attention(ctx, &p, &q, &k, &v, mask, c->packed ? &cuq : NULL,
+                                        c->packed ? &cuk : NULL, &o);
+        CHECK(st == STOF_OK, "%s [kernel %d]: %s", c->name, (int)kernels[kk], stof_last_error());
+        CHECK_OK(stof_ctx_synchronize(ctx));
+        cudaMemcpy(got, od, (size_t)nq * 2, cudaMemcpyDeviceToHost);
+        runs_done++;
+        if (st != STOF_OK) continue;
+        double num = 0, den = 0;
+        bool bad = false;
+        for (int b = 0; b < B && !bad; b++) {
+            const int rows_stored = c->packed ? seq_len(c, b, false) : Lq;
+            for (int h = 0; h < H && !bad; h++) {
+                /* Padded rows: exact zeros; no NaN anywhere. */
+                for (int i = seq_len(c, b, false); i < rows_stored && !bad; i++)
+                    for (int d = 0; d < D; d++)
+                        if (stof_load_f(got, c->dt, at(c, cu_q, H, Lq, b, h, i, d)) != 0.0f) {
+                            CHECK(false, "%s [kernel %d]: padded row %d of (b %d, h %d) not zero",
+                                  c->name, (int)kernels[kk], i, b, h);
+                            bad = true;
+                            break;
+                        }
+                for (int s = 0; s < nrows[b] && !bad; s++) {
+                    const int i = rowsets[b][s];
+                    const float *r = ref[b * H + h] + (int64_t)s * D;
+                    double rn = 0, rd = 0;
+                    for (int d = 0; d < D; d++) {
+                        float y = stof_load_f(got, c->dt, at(c, cu_q, H, Lq, b, h, i, d));
+                        if (isnan(y) || (empty[b * H + h][s] && y != 0.0f)) {
+                            CHECK(false, "%s [kernel %d]: out(b %d, h %d, i %d, d %d) = %g",
+                                  c->name, (int)kernels[kk], b, h, i, d, (double)y);
+                            bad = true;
+                            break;
+                        }
+                        rn += (y - r[d]) * (y - r[d]);
+                        rd += (double)r[d] * r[d];
+                    }
+                    num += rn;
+                    den += rd;
+                }
+            }
+        }
+        const double tol = c->dt == STOF_BF16 ? 2e-2 : 5e-3;
+        const double err = den > 0 ? sqrt(num / den) : sqrt(num);
+        if (!bad)
+            CHECK(err <= tol, "%s [kernel %d, ran %d]: rel err %g", c->name, (int)kernels[kk],
+                  kk ? (int)kernels[kk] : -1, err);
+    }
+
+    for (int b = 0; b < B; b++) {
+        free(rowsets[b]);
+        for (int h = 0; h < H; h++) {
+            free(ref[b * H + h]);
+            free(empty[b * H + h]);
+        }
+    }
+    free(rowsets);
+    free(nrows);
+    free(ref);
+    free(empty);
+    free(rows);
+    free(plane);
+    stof_mask_destroy(mask);
+    stof_mask_spec_destroy(spec);
+    cudaFree(qd);
+    cudaFree(kd);
+    cudaFree(vd);
+    cudaFree(od);
+    cudaFree(cuqd);
+    cudaFree(cukd);
+    cudaFree(bias_dev);
+    free(bias_host);
+    free(bias_f);
+    free(qs);
+    free(ks);
+    free(vs);
+    free(ql);
+    free(kl);
+    free(vl);
+    free(poison);
+    free(got);
+}
+
+/* The sampled sweep: every (head dim, bias, mask) triple once, the other
+ * axes rotating with the case number. */
+static void sweep(void)
+{
+    static const int dims[] = {32, 64, 80, 96, 128, 256};
+    static const int lens[] = {1, 17, 128, 1000, 4097};
+    const char *max_env = getenv("STOF_TEST_MAX_L");
+    const int max_l = max_env ? atoi(max_env) : 1 << 30;
+    static const char *const masks[] = {
+        "full",    "causal",        "window:64",       "window:32,global:8",
+        "bigbird", "causal,varlen", "window:48,packed"};
+    int n = 0;
+    for (int di = 0; di < 6; di++)
+        for (int bias = 0; bias < 5; bias++)
+            for (int mi = 0; mi < 7; mi++, n++) {
+                dcase c;
+                memset(&c, 0, sizeof c);
+                c.D = dims[di];
+                c.dt = n % 2 ? STOF_BF16 : STOF_F16;
+                const int heads = (n / 2) % 3; /* MHA, GQA 4:1, MQA */
+                c.H = heads == 0 ? 4 : 8;
+                c.Hkv = heads == 0 ? 4 : heads == 1 ? 2 : 1;
+                int L = lens[(n + di) % 5];
+                if (L == 4097 && c.D > 128) L = 1000; /* the reference's time */
+                if (L > max_l) continue;
+                c.B = L >= 1000 ? 1 : 2;
+                /* Lq < Lk (bottom-right offset) every other case; top-left now and then. */
+                const int offset_kind = n % 3;
+                c.Lk = L;
+                c.Lq = offset_kind != 0 && L > 1 ? (L + 2) / 3 : L;
+                const char *m = masks[mi];
+                static char text[7][96];
+                if (strcmp(m, "bigbird") == 0)
+                    snprintf(text[mi], sizeof text[mi], "window:64,global:64,random:64x2@%d", n);
+                else if (strncmp(m, "causal,varlen", 13) == 0)
+                    snprintf(text[mi], sizeof text[mi], "causal%s",
+                             offset_kind == 2 ? ",topleft" : "");
+                else if (strcmp(m, "window:48,packed") == 0)
+                    snprintf(text[mi], sizeof text[mi], "window:48");
+                else
+                    snprintf(text[mi], sizeof text[mi], "%s%s", m,
+                             offset_kind == 2 ? ",topleft" : "");
+                c.mask = text[mi];
+                c.lengths = strstr(m, "varlen") || strstr(m, "packed");
+                c.packed = strstr(m, "packed") != NULL;
+                for (int b = 0; b < c.B; b++) {
+                    c.lens_k[b] = b == 0 ? c.Lk : (int)test_rng_int(&rng, 1, c.Lk);
+                    c.lens_q[b] = b == 0 ? c.Lq : (int)test_rng_int(&rng, 1, c.Lq);
+                    if (!c.lengths) c.lens_q[b] = c.Lq, c.lens_k[b] = c.Lk;
+                }
+                if (bias == 4) {
+                    c.softcap = 5.0f + (float)(n % 4) * 10.0f;
+                } else {
+                    c.bias_kind = bias;
+                }
+                c.t5_buckets = n % 2 ? 32 : 16;
+                c.t5_bidir = strncmp(c.mask, "causal", 6) != 0;
+                c.t5_maxd = n % 2 ? 128 : 40;
+                c.bias_dt = (stof_dtype[]){STOF_F32, STOF_F16, STOF_BF16}[n % 3];
+                c.bias_bcast = n % 4 == 0;
+                if (c.packed && c.bias_kind == STOF_BIAS_TENSOR) c.bias_bcast = true;
+                run_case(&c);
+            }
+}
+
+int main(void)
+{
+    test_rng_init(&rng, test_seed() ^ 0xdec0de);
+    if (stof_gpu_count() < 1) {
+        printf("no GPU: test_attn_gpu_decoder skipped\n");
+        return 77;
+    }
+    stof_ctx_params cp = stof_ctx_default_params();
+    cp.device = STOF_DEVICE_GPU;
+    CHECK_OK(stof_ctx_create(&cp, &ctx));
+    if (!ctx) return test_finish("test_attn_gpu_decoder");
+    sweep();
+    printf("test_attn_gpu_decoder: %d runs, %d forced runs skipped (kernel cannot serve)\n",
+           runs_done, runs_skipped);
+    stof_ctx_destroy(ctx);
+    return test_finish("test_attn_gpu_decoder");
+}
