@@ -60,9 +60,12 @@ static void test_activations(int threads)
 static void test_linear(int threads)
 {
     const stof_act acts[] = {ACT_NONE, ACT_GELU, ACT_GELU_TANH, ACT_RELU};
-    for (int it = 0; it < 12; it++) {
+    /* short batches split by columns, long ones by rows (in slices of 4 per thread) */
+    const int64_t fixed[][3] = {{3, 700, 64}, {1, 1000, 17}, {5000, 40, 33}, {70, 130, 384}};
+    for (int it = 0; it < 16; it++) {
         int64_t m = test_rng_int(&rng, 1, 300), n = test_rng_int(&rng, 1, 200);
         int64_t k = test_rng_int(&rng, 1, 150);
+        if (it >= 12) m = fixed[it - 12][0], n = fixed[it - 12][1], k = fixed[it - 12][2];
         stof_act act = acts[it % 4];
         int with_bias = it % 3 != 0;
         float *x = alloc_f(m * k), *w = alloc_f(n * k), *b = alloc_f(n);

@@ -945,6 +945,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (strcmp(mode, "--gpu") == 0) test_require_gpu("test_model_embed_gpu");
+    if (strcmp(mode, "--gpu") == 0) setenv("STOF_CPU_REFERENCE", "1", 1); /* the exact oracle */
     const char *base = getenv("TMPDIR");
     snprintf(tmp_root, sizeof tmp_root, "%s/stof_model_embed_XXXXXX",
              base && *base ? base : "/tmp");

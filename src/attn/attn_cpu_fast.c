@@ -225,7 +225,7 @@ static tile_row_fn best_tile_row(void)
 bool attn_cpu_fast_supports(const attn_shape *s, const stof_tensor *q, const stof_tensor *k,
                             const stof_tensor *v, const stof_tensor *out)
 {
-    if (cpu_use_reference() || s->mods) return false; /* biases and soft caps: the reference */
+    if (cpu_use_reference() || s->mods) return false; /* biases, soft cap: the reference */
     const stof_tensor *all[4] = {q, k, v, out};
     for (int i = 0; i < 4; i++) {
         const stof_tensor *x = all[i];
@@ -471,6 +471,7 @@ stof_status attn_cpu_fast_rows(const float *qkv, float *out, int64_t T, int B, i
     s.dtype = STOF_F32;
     s.B = B;
     s.H = heads;
+    s.Hkv = kv_heads;
     s.Lq = s.Lk = L;
     s.D = D;
     s.Tq = s.Tk = T;

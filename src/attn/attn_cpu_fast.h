@@ -15,7 +15,7 @@ extern "C" {
 /* Whether attn_cpu_fast_run serves this validated call: MHA or GQA (k's head
  * count dividing q's), unit stride on the last dimension of every tensor,
  * head dim up to 512, and STOF_CPU_REFERENCE not set (src/cpu/pool.h).
- * Position biases and softcap are not served. */
+ * Position biases and the soft cap (s->mods) are not served. */
 bool attn_cpu_fast_supports(const attn_shape *s, const stof_tensor *q, const stof_tensor *k,
                             const stof_tensor *v, const stof_tensor *out);
 

@@ -23,8 +23,8 @@ void cpu_activation_fast(int threads, float *x, int64_t n, stof_act act);
 void cpu_bias_act_fast(int threads, float *y, const float *bias, int64_t rows, int64_t cols,
                        stof_act act);
 
-/* cpu_linear with its epilogue (bias, activation) vectorised and threaded;
- * the sgemm itself runs on OpenBLAS's threads (cpu_blas_threads_enter). */
+/* cpu_linear split into row (or column) slices on the pool, each an OpenBLAS
+ * sgemm at one thread followed by its bias and activation. */
 void cpu_linear_fast(int threads, const float *x, const float *w, const float *bias, float *y,
                      int64_t m, int64_t n, int64_t k, stof_act act);
 

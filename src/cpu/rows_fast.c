@@ -13,7 +13,10 @@
 #include "cpu/cpu_ref.h"
 #include "cpu/pool.h"
 
+#include <cblas.h>
+#include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #pragma GCC optimize("fp-contract=fast")
@@ -170,11 +173,56 @@ void cpu_activation_fast(int threads, float *x, int64_t n, stof_act act)
         bias_act_row(x + full * ROWS_GRAIN, NULL, n - full * ROWS_GRAIN, act);
 }
 
+/* One slice of a linear: rows [first, first + count) of y, or its columns
+ * (rows of w) when the batch is too short to split; the epilogue runs on the
+ * slice while it is still in cache. */
+typedef struct linear_job {
+    const float *x, *w, *bias;
+    float *y;
+    int64_t m, n, k, per_item;
+    bool by_rows;
+    stof_act act;
+} linear_job;
+
+static void linear_item(void *arg, int64_t item, int worker)
+{
+    const linear_job *j = arg;
+    int64_t first = item * j->per_item, total = j->by_rows ? j->m : j->n;
+    int64_t count = total - first < j->per_item ? total - first : j->per_item;
+    if (j->by_rows) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)count, (blasint)j->n,
+                    (blasint)j->k, 1.0f, j->x + first * j->k, (blasint)j->k, j->w, (blasint)j->k,
+                    0.0f, j->y + first * j->n, (blasint)j->n);
+        for (int64_t r = first; r < first + count; r++)
+            bias_act_row(j->y + r * j->n, j->bias, j->n, j->act);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)j->m, (blasint)count,
+                    (blasint)j->k, 1.0f, j->x, (blasint)j->k, j->w + first * j->k, (blasint)j->k,
+                    0.0f, j->y + first, (blasint)j->n);
+        for (int64_t r = 0; r < j->m; r++)
+            bias_act_row(j->y + r * j->n + first, j->bias ? j->bias + first : NULL, count, j->act);
+    }
+}
+
+/* The sgemm runs in slices on the pool with OpenBLAS held to one thread, so
+ * that no OpenBLAS worker spins (sched_yield) beside ours between calls. */
 void cpu_linear_fast(int threads, const float *x, const float *w, const float *bias, float *y,
                      int64_t m, int64_t n, int64_t k, stof_act act)
 {
-    cpu_linear(x, w, NULL, y, m, n, k, ACT_NONE);
-    cpu_bias_act_fast(threads, y, bias, m, n, act);
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX) {
+        cpu_linear(x, w, NULL, y, m, n, k, ACT_NONE);
+        cpu_bias_act_fast(threads, y, bias, m, n, act);
+        return;
+    }
+    int t = cpu_threads_resolve(threads);
+    linear_job j = {x, w, bias, y, m, n, k, 0, m >= 32 * (int64_t)t || n < 64 * (int64_t)t, act};
+    int64_t total = j.by_rows ? m : n, items = total >= 1024 * (int64_t)t ? 4 * (int64_t)t : t;
+    j.per_item = (total + items - 1) / items;
+    if (!j.by_rows) j.per_item = (j.per_item + 15) / 16 * 16; /* whole vectors of columns */
+    int previous = cpu_blas_threads_enter(1);
+    cpu_pool_for(t, (total + j.per_item - 1) / j.per_item, linear_item, &j);
+    cpu_blas_threads_restore(previous);
 }
 
 /* ---------------------------------------------------------------- LayerNorm */

@@ -9,15 +9,29 @@
  * through the tile compiler, so a bug in the compiler or in the GPU kernels
  * cannot hide in the reference. Spec planes are evaluated once per forward;
  * each layer intersects them with its own mask kind (causal, windows).
+ *
+ * Fast path (the default; STOF_CPU_REFERENCE=1 turns it off, for the tests
+ * that check the GPU against this oracle): linears, LayerNorm, embeddings
+ * and pooling run the fast row ops (src/cpu/cpu_fast.h) on the context's
+ * cpu_threads, and attention walks a tile mask compiled once per forward per
+ * layer kind (attn_cpu_fast_rows), so neither its time nor its memory grows
+ * with L x L. A layer whose kind would have to be intersected with a user
+ * spec runs the reference attention.
  */
 #include "model/encoder.h"
 
+#include "attn/attn_cpu_fast.h"
+#include "cpu/cpu_fast.h"
 #include "cpu/cpu_ref.h"
+#include "cpu/pool.h"
 #include "mask/mask.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Tile masks one forward keeps (distinct layer kinds and head counts). */
+enum { EXEC_FAST_MASKS = 8 };
 
 /* Scratch kept by the model between forwards, grown when a batch needs more. */
 struct exec_cpu_ws {
@@ -30,7 +44,15 @@ struct exec_cpu_ws {
     uint8_t *plane;                  /* [L, L]: one mask plane straight from the spec */
     uint8_t *layer_planes;           /* [heads or 1, L, L]: the spec and a layer's kind */
     size_t layer_planes_cap;
-    float *inv_freq;                 /* [head_dim / 2] */
+    float *inv_freq; /* [head_dim / 2] */
+    /* this forward's fast path (see the top): on or off, threads, tile masks */
+    bool fast;
+    int threads;
+    struct fast_mask {
+        int kind, left, right, heads;
+        stof_mask *mask; /* NULL: the compile failed, the reference runs */
+    } fast_masks[EXEC_FAST_MASKS];
+    int n_fast_masks;
 };
 
 /* The forward's spec for one sequence: [heads or 1][len][len] bytes, or NULL
@@ -265,6 +287,88 @@ static void merge_heads(const float *o, int len, int heads, int D, float *rows)
                    (size_t)D * sizeof(float));
 }
 
+/* ---------------------------------------------------------------- fast path */
+
+/* The spec a layer attends with on the fast path, or false when it would be
+ * the user's spec intersected with the layer's kind (the reference does that). */
+static bool fast_spec(const layer_desc *l, const enc_request *r, stof_mask_spec **own,
+                      const stof_mask_spec **spec)
+{
+    *own = NULL;
+    *spec = r->mask;
+    if (l->mask == MASK_KIND_FULL && r->mask) return true;
+    if (r->mask) return false;
+    if (stof_mask_spec_create(own) != STOF_OK) return false;
+    stof_status st = STOF_OK;
+    switch (l->mask) {
+    case MASK_KIND_FULL: st = stof_mask_spec_add_full(*own); break;
+    case MASK_KIND_CAUSAL: st = stof_mask_spec_add_causal(*own); break;
+    case MASK_KIND_WINDOW:
+        st = stof_mask_spec_add_window(*own, l->window_left, l->window_right);
+        break;
+    case MASK_KIND_CAUSAL_WINDOW: st = stof_mask_spec_add_window(*own, l->window_left, 0); break;
+    }
+    *spec = *own;
+    return st == STOF_OK;
+}
+
+/* The layer's tile mask for this forward, compiled on first use (NULL: none). */
+static stof_mask *fast_mask(const stof_model *m, const layer_desc *l, const enc_request *r,
+                            exec_cpu_ws *ws)
+{
+    int kind = (int)l->mask, left = l->window_left, right = l->window_right;
+    for (int i = 0; i < ws->n_fast_masks; i++) {
+        const struct fast_mask *f = &ws->fast_masks[i];
+        if (f->kind == kind && f->left == left && f->right == right && f->heads == l->heads)
+            return f->mask;
+    }
+    if (ws->n_fast_masks == EXEC_FAST_MASKS) return NULL;
+    stof_mask_spec *own;
+    const stof_mask_spec *spec;
+    stof_mask *mask = NULL;
+    if (fast_spec(l, r, &own, &spec)) {
+        int64_t bshape[1] = {r->batch};
+        stof_tensor lens = stof_tensor_make((void *)r->lengths, STOF_I32, STOF_MEM_HOST, 1, bshape);
+        stof_mask_params mp = stof_mask_default_params();
+        mp.batch = r->batch;
+        mp.heads = l->heads;
+        mp.len_q = mp.len_k = r->len;
+        mp.lengths_q = &lens;
+        if (stof_mask_compile(m->ctx, spec, &mp, &mask) != STOF_OK) mask = NULL;
+    }
+    stof_mask_spec_destroy(own);
+    ws->fast_masks[ws->n_fast_masks++] = (struct fast_mask){kind, left, right, l->heads, mask};
+    return mask;
+}
+
+static void fast_masks_free(exec_cpu_ws *ws)
+{
+    for (int i = 0; i < ws->n_fast_masks; i++)
+        stof_mask_destroy(ws->fast_masks[i].mask);
+    ws->n_fast_masks = 0;
+}
+
+/* Attention of every sequence on the fast path; false: run the reference. */
+static bool fast_attention(const stof_model *m, const layer_desc *l, const enc_request *r,
+                           exec_cpu_ws *ws)
+{
+    if (!ws->fast || r->len <= 0) return false;
+    stof_mask *mask = fast_mask(m, l, r, ws);
+    if (!mask) return false;
+    float scale = (float)(1.0 / sqrt((double)l->head_dim));
+    return attn_cpu_fast_rows(ws->qkv, ws->attn, r->tokens, r->batch, r->len, l->heads, l->kv_heads,
+                              l->head_dim, r->cu_seqlens, mask, scale) == STOF_OK;
+}
+
+static void linear(const exec_cpu_ws *ws, const float *x, const float *w, const float *bias,
+                   float *y, int64_t m, int64_t n, int64_t k, stof_act act)
+{
+    if (ws->fast)
+        cpu_linear_fast(ws->threads, x, w, bias, y, m, n, k, act);
+    else
+        cpu_linear(x, w, bias, y, m, n, k, act);
+}
+
 /* Attention of every sequence: ws->qkv -> ws->attn. Query head h reads kv
  * head h / (heads / kv_heads) (grouped-query attention). */
 static void attention_all(const layer_desc *l, const enc_request *r, const seq_mask *masks,
@@ -290,10 +394,13 @@ static void attention_all(const layer_desc *l, const enc_request *r, const seq_m
 }
 
 /* y = norm(x (+ residual)); NORM_NONE copies (or adds). y may alias x or residual. */
-static void apply_norm(desc_norm kind, const float *x, const float *residual, const void *w,
-                       const void *b, float *y, int64_t rows, int64_t cols, float eps)
+static void apply_norm(const exec_cpu_ws *ws, desc_norm kind, const float *x, const float *residual,
+                       const void *w, const void *b, float *y, int64_t rows, int64_t cols,
+                       float eps)
 {
-    if (kind == NORM_LAYER) {
+    if (kind == NORM_LAYER && ws->fast) {
+        cpu_layernorm_fast(ws->threads, x, residual, w, b, y, rows, cols, eps);
+    } else if (kind == NORM_LAYER) {
         cpu_layernorm(x, residual, w, b, y, rows, cols, eps);
     } else if (kind == NORM_RMS) {
         cpu_rmsnorm(x, residual, w, y, rows, cols, eps);
@@ -323,13 +430,13 @@ static void mlp(const layer_desc *l, const layer_weights *lw, const float *in, f
 {
     int64_t I = l->intermediate;
     if (l->mlp == MLP_PLAIN) {
-        cpu_linear(in, lw->mlp_in, lw->mlp_in_b, ws->inter, T, I, H, l->act);
-        cpu_linear(ws->inter, lw->down, lw->down_b, out, T, H, I, ACT_NONE);
+        linear(ws, in, lw->mlp_in, lw->mlp_in_b, ws->inter, T, I, H, l->act);
+        linear(ws, ws->inter, lw->down, lw->down_b, out, T, H, I, ACT_NONE);
         return;
     }
-    cpu_linear(in, lw->mlp_in, lw->mlp_in_b, ws->inter, T, 2 * I, H, ACT_NONE);
+    linear(ws, in, lw->mlp_in, lw->mlp_in_b, ws->inter, T, 2 * I, H, ACT_NONE);
     cpu_glu(ws->inter, ws->gated, T, I, l->act);
-    cpu_linear(ws->gated, lw->down, lw->down_b, out, T, H, I, ACT_NONE);
+    linear(ws, ws->gated, lw->down, lw->down_b, out, T, H, I, ACT_NONE);
 }
 
 /* One layer on the packed rows ws->x (in place), pre- or post-norm (desc.h). */
@@ -345,22 +452,23 @@ static void layer_forward(const stof_model *m, int li, const enc_request *r, con
     bool pre = d->norm_place == NORM_PRE;
     const float *in = ws->x;
     if (pre) {
-        apply_norm(l->attn_norm, ws->x, NULL, lw->attn_norm, lw->attn_norm_b, ws->h, T, H, eps);
+        apply_norm(ws, l->attn_norm, ws->x, NULL, lw->attn_norm, lw->attn_norm_b, ws->h, T, H, eps);
         in = ws->h;
     }
-    cpu_linear(in, lw->qkv, lw->qkv_b, ws->qkv, T, width, H, ACT_NONE);
+    linear(ws, in, lw->qkv, lw->qkv_b, ws->qkv, T, width, H, ACT_NONE);
     rope_qk(l, T, ws);
-    attention_all(l, r, masks, ws);
-    cpu_linear(ws->attn, lw->o, lw->o_b, ws->tmp, T, H, qd, ACT_NONE);
+    if (!fast_attention(m, l, r, ws)) attention_all(l, r, masks, ws);
+    linear(ws, ws->attn, lw->o, lw->o_b, ws->tmp, T, H, qd, ACT_NONE);
     if (pre) {
         cpu_add(ws->tmp, ws->x, ws->x, T * H);
-        apply_norm(l->mlp_norm, ws->x, NULL, lw->mlp_norm, lw->mlp_norm_b, ws->h, T, H, eps);
+        apply_norm(ws, l->mlp_norm, ws->x, NULL, lw->mlp_norm, lw->mlp_norm_b, ws->h, T, H, eps);
         mlp(l, lw, ws->h, ws->tmp, T, H, ws);
         cpu_add(ws->tmp, ws->x, ws->x, T * H);
     } else {
-        apply_norm(l->attn_norm, ws->tmp, ws->x, lw->attn_norm, lw->attn_norm_b, ws->x, T, H, eps);
+        apply_norm(ws, l->attn_norm, ws->tmp, ws->x, lw->attn_norm, lw->attn_norm_b, ws->x, T, H,
+                   eps);
         mlp(l, lw, ws->x, ws->tmp, T, H, ws);
-        apply_norm(l->mlp_norm, ws->tmp, ws->x, lw->mlp_norm, lw->mlp_norm_b, ws->x, T, H, eps);
+        apply_norm(ws, l->mlp_norm, ws->tmp, ws->x, lw->mlp_norm, lw->mlp_norm_b, ws->x, T, H, eps);
     }
 }
 
@@ -371,8 +479,12 @@ static void embed(const stof_model *m, int64_t T, exec_cpu_ws *ws)
     const model_weights *w = &m->w;
     int64_t H = d->hidden;
     if (d->embed == EMBED_TOKEN_POS_TYPE && d->embed_norm == NORM_LAYER) {
-        cpu_embeddings(ws->ids, ws->pos, ws->types, T, w->tok_emb, w->pos_emb, w->type_emb,
-                       w->emb_norm, w->emb_norm_b, H, d->norm_eps, ws->x);
+        if (ws->fast)
+            cpu_embeddings_fast(ws->threads, ws->ids, ws->pos, ws->types, T, w->tok_emb, w->pos_emb,
+                                w->type_emb, w->emb_norm, w->emb_norm_b, H, d->norm_eps, ws->x);
+        else
+            cpu_embeddings(ws->ids, ws->pos, ws->types, T, w->tok_emb, w->pos_emb, w->type_emb,
+                           w->emb_norm, w->emb_norm_b, H, d->norm_eps, ws->x);
         return;
     }
     const float *tok = w->tok_emb, *pos = w->pos_emb, *type = w->type_emb;
@@ -382,7 +494,8 @@ static void embed(const stof_model *m, int64_t T, exec_cpu_ws *ws)
         if (d->embed != EMBED_TOKEN) cpu_add(x, pos + (int64_t)ws->pos[t] * H, x, H);
         if (d->embed == EMBED_TOKEN_POS_TYPE) cpu_add(x, type + (int64_t)ws->types[t] * H, x, H);
     }
-    apply_norm(d->embed_norm, ws->x, NULL, w->emb_norm, w->emb_norm_b, ws->x, T, H, d->norm_eps);
+    apply_norm(ws, d->embed_norm, ws->x, NULL, w->emb_norm, w->emb_norm_b, ws->x, T, H,
+               d->norm_eps);
 }
 
 /* ---------------------------------------------------------------- outputs */
@@ -423,7 +536,9 @@ static void l2_normalize(float *x, int64_t n)
 static void write_pooled(const stof_model *m, const enc_request *r, const float *x, float *out)
 {
     int64_t H = m->info.hidden;
-    if (m->info.pooling == STOF_POOL_MEAN) {
+    if (m->info.pooling == STOF_POOL_MEAN && m->cpu->fast) {
+        cpu_mean_pool_fast(m->cpu->threads, x, r->cu_seqlens, r->batch, H, out);
+    } else if (m->info.pooling == STOF_POOL_MEAN) {
         cpu_mean_pool(x, r->cu_seqlens, r->batch, H, out);
     } else {
         for (int b = 0; b < r->batch; b++) {
@@ -469,6 +584,8 @@ stof_status exec_cpu_forward(stof_model *m, const enc_request *r)
     const model_desc *d = &m->desc;
     STOF_TRY(ws_reserve(m, r->tokens, r->len));
     exec_cpu_ws *ws = m->cpu;
+    ws->fast = !cpu_use_reference();
+    ws->threads = m->ctx->cpu_threads;
     seq_mask *masks = NULL;
     STOF_TRY(build_masks(max_widths(d).heads, r, ws->plane, &masks));
     stof_status st = reserve_layer_planes(d, r, masks, ws);
@@ -477,17 +594,21 @@ stof_status exec_cpu_forward(stof_model *m, const enc_request *r)
         return st;
     }
     int64_t T = r->tokens, H = d->hidden;
+    /* fast linears split the sgemm over our pool themselves: OpenBLAS at one thread */
+    int blas_threads = cpu_blas_threads_enter(ws->fast ? 1 : ws->threads);
     if (T > 0) {
         pack_inputs(r, ws);
         embed(m, T, ws);
         for (int l = 0; l < d->layers; l++)
             layer_forward(m, l, r, masks, ws);
-        apply_norm(d->final_norm, ws->x, NULL, m->w.final_norm, m->w.final_norm_b, ws->x, T, H,
+        apply_norm(ws, d->final_norm, ws->x, NULL, m->w.final_norm, m->w.final_norm_b, ws->x, T, H,
                    d->norm_eps);
     }
+    fast_masks_free(ws);
     free_masks(masks, r->batch);
     if (r->hidden) write_hidden(r, ws->x, H, r->hidden);
     if (r->pooled) write_pooled(m, r, ws->x, (float *)r->pooled->data);
     if (r->logits) write_logits(m, r, ws->x, (float *)r->logits->data);
+    cpu_blas_threads_restore(blas_threads);
     return STOF_OK;
 }
