@@ -431,6 +431,75 @@ STOF_API stof_status stof_tokenize_batch(const stof_tokenizer *tok, const char *
                                          int32_t *ids, size_t ids_cap, int32_t *lengths,
                                          int *seq_len);
 
+/* Every family's tokenizer: besides BERT's WordPiece (vocab.txt or tokenizer.json),
+ * the BPE (GPT-2, LLaMA, Mistral, Qwen2, ModernBERT: byte-level or SentencePiece-style
+ * with byte fallback) and Unigram (T5) models of a folder's tokenizer.json, with its
+ * normalizer, pre-tokenizer, post-processor, decoder and added tokens, giving the ids
+ * of Hugging Face's tokenizers library. Invalid UTF-8 reads as Python's
+ * decode(errors="replace") would give it. */
+typedef enum stof_tokenizer_model {
+    STOF_TOKENIZER_WORDPIECE = 1,
+    STOF_TOKENIZER_BPE = 2,
+    STOF_TOKENIZER_UNIGRAM = 3
+} stof_tokenizer_model;
+
+typedef struct stof_tokenizer_info {
+    stof_tokenizer_model model;
+    int vocab_size;  /* one past the largest id, added tokens included */
+    int max_length;  /* as stof_tokenizer_max_length(tok, 0); 0: unbounded */
+    int32_t pad_id, bos_id, eos_id, unk_id; /* tokenizer_config.json's; -1 when absent */
+} stof_tokenizer_info;
+
+STOF_API stof_status stof_tokenizer_get_info(const stof_tokenizer *tok, stof_tokenizer_info *out);
+
+typedef struct stof_encode_params {
+    int add_special_tokens; /* 1 (default): the post-processor's tokens ([CLS] ... [SEP], <s> ...) */
+    int max_length;         /* > 0: truncate to this many ids, special tokens included (cut at
+                               the end, or the start when tokenizer_config.json says
+                               truncation_side "left"); 0 (default): no truncation; -1: the
+                               tokenizer's max length */
+} stof_encode_params;
+
+STOF_API stof_encode_params stof_encode_default_params(void);
+
+/* The ids of text (len bytes, need not be NUL-terminated) into ids[0..cap); *n gets
+ * their number, and STOF_ERR_INVALID_ARG means cap was too small (*n still says how
+ * many). params NULL: the defaults. */
+STOF_API stof_status stof_tokenizer_encode(const stof_tokenizer *tok, const char *text, size_t len,
+                                           const stof_encode_params *params, int32_t *ids,
+                                           size_t cap, size_t *n);
+
+/* Ragged ids of a batch: text i's ids are ids[offsets[i] .. offsets[i+1]). */
+typedef struct stof_token_lists {
+    int batch;
+    int32_t *ids;
+    int64_t *offsets; /* [batch + 1] */
+} stof_token_lists;
+
+/* Encodes texts[0..batch) (lens NULL: NUL-terminated) on `threads` threads (<= 0: one per
+ * core); output in input order, allocated into *out: free with stof_token_lists_free. */
+STOF_API stof_status stof_tokenizer_encode_batch(const stof_tokenizer *tok,
+                                                 const char *const *texts, const size_t *lens,
+                                                 int batch, const stof_encode_params *params,
+                                                 int threads, stof_token_lists *out);
+STOF_API void stof_token_lists_free(stof_token_lists *lists);
+
+typedef struct stof_decode_params {
+    int skip_special_tokens; /* 1 (default): special added tokens give no text */
+    int stream;              /* 0 (default); 1: an incomplete UTF-8 character at the end is held
+                                back (its byte count in *held) instead of becoming U+FFFD, so
+                                a generator can decode the ids so far and print what is final */
+} stof_decode_params;
+
+STOF_API stof_decode_params stof_decode_default_params(void);
+
+/* The text of ids[0..n), NUL-terminated, into text[0..cap); *len gets its byte length
+ * and STOF_ERR_INVALID_ARG means cap < *len + 1. held may be NULL. Ids outside the
+ * vocabulary give nothing, as in the tokenizers library. */
+STOF_API stof_status stof_tokenizer_decode(const stof_tokenizer *tok, const int32_t *ids,
+                                           size_t n, const stof_decode_params *params, char *text,
+                                           size_t cap, size_t *len, size_t *held);
+
 #ifdef __cplusplus
 }
 #endif
