@@ -19,6 +19,7 @@ static void usage(FILE *f)
             "  run      run encoder forwards of a model folder on random token ids and time them\n"
             "  tune     search the fastest execution plan for a model and shape, store it in the\n"
             "           tuning cache (GPU)\n"
+            "  tokenize text to token ids (or ids to text) with a model folder's tokenizer, as JSON lines\n"
             "  version  print the library version\n"
             "\n"
             "Run 'stof COMMAND --help' for a command's options.\n"
@@ -44,6 +45,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "run") == 0) return cmd_run(&a);
     if (strcmp(argv[1], "embed") == 0) return cmd_embed(&a);
     if (strcmp(argv[1], "tune") == 0) return cmd_tune(&a);
+    if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(&a);
     fprintf(stderr, "stof: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -513,6 +513,8 @@ static stof_status merge_ids(loader *L, const cJSON *e, int rank, char *buf, int
     }
     STOF_REQUIRE(la + lb <= TOK_MAX_TOKEN_BYTES, STOF_ERR_FORMAT, "%s: merge %d is too long",
                  L->file, rank);
+    STOF_REQUIRE(la > 0 && lb > 0, STOF_ERR_FORMAT, "%s: merge %d has an empty token", L->file,
+                 rank);
     out[0] = tok_vocab_find(&L->p->vocab, a, la);
     out[1] = tok_vocab_find(&L->p->vocab, b, lb);
     memcpy(buf, a, la);

@@ -19,6 +19,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <pthread.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +33,7 @@ extern "C" {
 #define TOK_MAX_ADDED_TOKENS 65536
 #define TOK_MAX_TEMPLATE 64        /* pieces of a post-processor template */
 #define TOK_REGEX_MATCH_LIMIT 10000000u
+#define TOK_POOL 16                /* idle work spaces a tokenizer keeps */
 
 /* ------------------------------------------------------------------ small containers */
 
@@ -200,6 +202,8 @@ typedef struct tok_pipe {
 
 /* ------------------------------------------------------------------ the tokenizer */
 
+typedef struct tok_work tok_work;
+
 typedef enum tok_kind { TOK_KIND_WORDPIECE, TOK_KIND_BPE, TOK_KIND_UNIGRAM } tok_kind;
 
 struct stof_tokenizer {
@@ -211,6 +215,11 @@ struct stof_tokenizer {
     int st_max_seq_length; /* sentence_bert_config.json; 0 when absent */
     int32_t pad_id, bos_id, eos_id, unk_id; /* -1 when absent */
     bool pad_left, truncate_left; /* padding_side / truncation_side "left" */
+    /* Work spaces of finished calls, reused by the next ones (their buffers and BPE
+     * cache stay warm); the only mutable state, behind its lock. */
+    pthread_mutex_t pool_lock;
+    tok_work *pool[TOK_POOL];
+    int n_pool;
 };
 
 /* A piece of text: [start, end) in a buffer. */
@@ -242,7 +251,7 @@ typedef struct tok_bpe_cand { /* a merge waiting in the heap */
 typedef struct tok_cache tok_cache; /* word -> ids, per thread (bpe.c) */
 
 /* Per-thread encoding state (buffers reused from call to call). */
-typedef struct tok_work {
+struct tok_work {
     tok_buf text, norm, tmp, words;  /* sanitized input, normalized, scratch, pre-tokens */
     tok_buf meta;                    /* Metaspace's and the normalizers' scratch */
     tok_spans segs, pieces, next, matches;
@@ -259,7 +268,7 @@ typedef struct tok_work {
     int32_t *best_id, *best_start;
     size_t best_cap;
     tok_cache *cache;
-} tok_work;
+};
 stof_status tok_work_new(const tok_pipe *p, tok_work **out);
 void tok_work_free(tok_work *w);
 

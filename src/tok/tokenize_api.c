@@ -126,6 +126,7 @@ stof_status stof_tokenizer_open(const char *dir, stof_tokenizer **out)
     if (st == STOF_OK) st = stof_host_calloc(1, sizeof *t, (void **)&t);
     if (st == STOF_OK) {
         t->pad_id = t->bos_id = t->eos_id = t->unk_id = -1;
+        pthread_mutex_init(&t->pool_lock, NULL);
         st = open_dir(t, path);
     }
     free(path);
@@ -140,6 +141,8 @@ stof_status stof_tokenizer_open(const char *dir, stof_tokenizer **out)
 void stof_tokenizer_destroy(stof_tokenizer *tok)
 {
     if (!tok) return;
+    for (int i = 0; i < tok->n_pool; i++) tok_work_free(tok->pool[i]);
+    pthread_mutex_destroy(&tok->pool_lock);
     tok_wp_destroy(tok->wp);
     tok_pipe_free(tok->pipe);
     free(tok->pipe);
@@ -183,6 +186,30 @@ stof_status stof_tokenizer_get_info(const stof_tokenizer *tok, stof_tokenizer_in
 
 /* ------------------------------------------------------------------ encode */
 
+/* A work space from the tokenizer's pool, or a new one. */
+static stof_status work_take(const stof_tokenizer *t, tok_work **w)
+{
+    stof_tokenizer *m = (stof_tokenizer *)t; /* the pool is the one mutable part */
+    *w = NULL;
+    pthread_mutex_lock(&m->pool_lock);
+    if (m->n_pool > 0) *w = m->pool[--m->n_pool];
+    pthread_mutex_unlock(&m->pool_lock);
+    return *w ? STOF_OK : tok_work_new(t->pipe, w);
+}
+
+static void work_give(const stof_tokenizer *t, tok_work *w)
+{
+    stof_tokenizer *m = (stof_tokenizer *)t;
+    if (!w) return;
+    pthread_mutex_lock(&m->pool_lock);
+    if (m->n_pool < TOK_POOL) {
+        m->pool[m->n_pool++] = w;
+        w = NULL;
+    }
+    pthread_mutex_unlock(&m->pool_lock);
+    tok_work_free(w);
+}
+
 /* One text's ids appended to out; w is the caller's work space (pipeline only). */
 static stof_status encode_one(const stof_tokenizer *t, tok_work *w, const char *text, size_t len,
                               const stof_encode_params *ep, tok_ids *out)
@@ -219,7 +246,7 @@ stof_status stof_tokenizer_encode(const stof_tokenizer *tok, const char *text, s
     stof_encode_params ep = params ? *params : stof_encode_default_params();
     tok_work *w = NULL;
     tok_ids out = {0};
-    stof_status st = tok_work_new(tok->pipe, &w);
+    stof_status st = work_take(tok, &w);
     if (st == STOF_OK) st = encode_one(tok, w, text ? text : "", len, &ep, &out);
     if (st == STOF_OK) {
         *n = out.n;
@@ -230,7 +257,7 @@ stof_status stof_tokenizer_encode(const stof_tokenizer *tok, const char *text, s
             memcpy(ids, out.p, out.n * sizeof *ids);
     }
     free(out.p);
-    tok_work_free(w);
+    work_give(tok, w);
     return st;
 }
 
@@ -262,7 +289,7 @@ static void *batch_run(void *arg)
     batch_worker *me = arg;
     batch_job *j = me->job;
     tok_work *w = NULL;
-    stof_status st = tok_work_new(j->tok->pipe, &w);
+    stof_status st = work_take(j->tok, &w);
     tok_ids *out = &j->results[me->index];
     while (st == STOF_OK) {
         pthread_mutex_lock(&j->lock);
@@ -280,7 +307,7 @@ static void *batch_run(void *arg)
             j->count[i] = out->n - j->start[i];
         }
     }
-    tok_work_free(w);
+    work_give(j->tok, w);
     j->status[me->index] = st;
     return NULL;
 }
@@ -369,7 +396,9 @@ stof_status stof_tokenizer_encode_batch(const stof_tokenizer *tok, const char *c
         size_t at = 0;
         for (int i = 0; i < batch; i++) {
             out->offsets[i] = (int64_t)at;
-            memcpy(out->ids + at, j.results[j.owner[i]].p + j.start[i], j.count[i] * sizeof *out->ids);
+            if (j.count[i])
+                memcpy(out->ids + at, j.results[j.owner[i]].p + j.start[i],
+                       j.count[i] * sizeof *out->ids);
             at += j.count[i];
         }
         out->offsets[batch] = (int64_t)at;
