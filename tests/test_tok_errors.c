@@ -138,8 +138,15 @@ static void test_components(void)
                 STOF_ERR_FORMAT);
     expect_part("no type", "{\"lowercase\": true}", n, n, n, "[]", STOF_ERR_FORMAT);
     expect_part("type a number", "{\"type\": 3}", n, n, n, "[]", STOF_ERR_FORMAT);
-    expect_part("unknown normalizer", "{\"type\": \"Precompiled\", \"precompiled_charsmap\": \"\"}",
-                n, n, n, "[]", STOF_ERR_UNSUPPORTED);
+    expect_part("unknown normalizer", "{\"type\": \"Nmt\"}", n, n, n, "[]", STOF_ERR_UNSUPPORTED);
+    expect_part("charsmap not base64", "{\"type\": \"Precompiled\", \"precompiled_charsmap\": "
+                "\"@@@@\"}", n, n, n, "[]", STOF_ERR_FORMAT);
+    /* "/////w==": a trie size of 0xffffffff bytes in a 4-byte map. */
+    expect_part("charsmap trie too big", "{\"type\": \"Precompiled\", \"precompiled_charsmap\": "
+                "\"/////w==\"}", n, n, n, "[]", STOF_ERR_FORMAT);
+    /* "CAAAAP////8AAAAAYQ==": a trie of two units that point far outside it, then "a". */
+    expect_part("charsmap trie pointing outside", "{\"type\": \"Precompiled\", "
+                "\"precompiled_charsmap\": \"CAAAAP////8AAAAAYQ==\"}", n, n, n, "[]", STOF_OK);
     expect_part("Sequence without members", "{\"type\": \"Sequence\"}", n, n, n, "[]",
                 STOF_ERR_FORMAT);
     expect_part("Replace without content", "{\"type\": \"Replace\", \"pattern\": "
@@ -204,6 +211,23 @@ static void test_hostile_regex(void)
     stof_tokenizer_destroy(tok);
 }
 
+/* A charsmap trie whose units point outside it: lookups stop at the bound. */
+static void test_hostile_charsmap(void)
+{
+    char *j = tokenizer_json(GOOD_MODEL, "{\"type\": \"Precompiled\", \"precompiled_charsmap\": "
+                             "\"CAAAAP////8AAAAAYQ==\"}", "null", "null", "null", "[]");
+    write_file("tokenizer.json", j);
+    free(j);
+    stof_tokenizer *tok = NULL;
+    CHECK_OK(stof_tokenizer_open(dir, &tok));
+    if (!tok) return;
+    int32_t ids[64];
+    size_t n;
+    CHECK_OK(stof_tokenizer_encode(tok, "ab\xff\x01 \xe4\xb8\xad", 8, NULL, ids, 64, &n));
+    CHECK(n >= 1 && ids[0] == 2, "ab through a broken charsmap: %zu ids", n);
+    stof_tokenizer_destroy(tok);
+}
+
 static void test_call_errors(void)
 {
     char *j = tokenizer_json(GOOD_MODEL, "null", "null", "null", "null", "[]");
@@ -239,6 +263,7 @@ int main(void)
     test_models();
     test_components();
     test_hostile_regex();
+    test_hostile_charsmap();
     test_call_errors();
     char path[512];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);

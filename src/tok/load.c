@@ -127,6 +127,82 @@ static stof_status get_members(const loader *L, const cJSON *obj, const char *ke
 
 /* ------------------------------------------------------------------ normalizers */
 
+static int base64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+}
+
+/* Standard base64 (padding optional) into a new buffer. */
+static stof_status base64_decode(const loader *L, const char *s, unsigned char **out, size_t *n)
+{
+    size_t len = strlen(s);
+    while (len && s[len - 1] == '=') len--;
+    *out = malloc(len * 3 / 4 + 4);
+    STOF_REQUIRE(*out, STOF_ERR_OOM, "out of memory decoding precompiled_charsmap");
+    *n = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    *n = 0;
+    for (size_t i = 0; i < len; i++) {
+        int v = base64_value((unsigned char)s[i]);
+        if (v < 0) {
+            free(*out);
+            *out = NULL;
+            return stof_error(STOF_ERR_FORMAT, "%s: precompiled_charsmap is not base64 (byte %zu)",
+                              L->file, i);
+        }
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            (*out)[(*n)++] = (unsigned char)(acc >> bits);
+        }
+    }
+    return STOF_OK;
+}
+
+/* SentencePiece's charsmap: a u32 (little-endian) byte size of the trie, the trie's
+ * u32 units, then the NUL-separated replacement strings the trie's values point into. */
+static stof_status load_precompiled(const loader *L, const cJSON *c, tok_norm *n)
+{
+    const char *b64;
+    STOF_TRY(io_json_string(c, "precompiled_charsmap", true, &b64, L->file));
+    if (!b64 || !*b64) return STOF_OK; /* no map: nothing to replace */
+    unsigned char *raw = NULL;
+    size_t len = 0;
+    STOF_TRY(base64_decode(L, b64, &raw, &len));
+    uint32_t trie_bytes = len >= 4 ? (uint32_t)raw[0] | (uint32_t)raw[1] << 8 |
+                                         (uint32_t)raw[2] << 16 | (uint32_t)raw[3] << 24
+                                   : 0;
+    stof_status st = STOF_OK;
+    if (len < 4 || trie_bytes % 4 || trie_bytes > len - 4 || trie_bytes == 0)
+        st = stof_error(STOF_ERR_FORMAT, "%s: precompiled_charsmap's trie size %u does not fit "
+                        "its %zu bytes", L->file, trie_bytes, len);
+    if (st == STOF_OK) {
+        n->trie_n = trie_bytes / 4;
+        n->trie = malloc(trie_bytes);
+        n->text_len = len - 4 - trie_bytes;
+        n->text = malloc(n->text_len + 1);
+        if (!n->trie || !n->text) st = stof_error(STOF_ERR_OOM, "out of memory for the charsmap");
+    }
+    if (st == STOF_OK) {
+        for (size_t i = 0; i < n->trie_n; i++) {
+            const unsigned char *u = raw + 4 + 4 * i;
+            n->trie[i] = (uint32_t)u[0] | (uint32_t)u[1] << 8 | (uint32_t)u[2] << 16 |
+                         (uint32_t)u[3] << 24;
+        }
+        memcpy(n->text, raw + 4 + trie_bytes, n->text_len);
+        n->text[n->text_len] = '\0';
+    }
+    free(raw);
+    return st;
+}
+
 static stof_status add_normalizer(loader *L, const cJSON *c, int depth)
 {
     tok_pipe *p = L->p;
@@ -168,6 +244,11 @@ static stof_status add_normalizer(loader *L, const cJSON *c, int depth)
         STOF_TRY(get_string(L, c, "prepend", "Prepend", &pre));
         p->n_norms++;
         return dup_string(pre, strlen(pre), &n->text, &n->text_len);
+    }
+    if (strcmp(t, "Precompiled") == 0) {
+        n->kind = TOK_NORM_PRECOMPILED;
+        p->n_norms++;
+        return load_precompiled(L, c, n);
     }
     if (strcmp(t, "Strip") == 0) {
         int left = 1, right = 1;
@@ -436,6 +517,42 @@ static stof_status set_post(loader *L, const cJSON *c, int depth)
 
 /* ------------------------------------------------------------------ model */
 
+/* A score as the tokenizers library holds it. Its JSON reader (serde_json without
+ * float_roundtrip) turns "d.ddd" into the digits as an integer, rounded to a double,
+ * then divided by a power of ten: two roundings, so a 17-digit score can land one ulp
+ * away from the correctly rounded value cJSON gives. Unigram's Viterbi compares sums of
+ * scores, and a one-ulp difference flips ties, so the library's value is rebuilt: from
+ * the shortest decimal that reads back as v (what the file holds, being written by a
+ * shortest-round-trip printer), through the same two steps. */
+static double library_f64(double v)
+{
+    if (v == 0 || v != v || v - v != 0) return v;
+    char buf[40];
+    for (int prec = 0; prec < 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*e", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    uint64_t sig = 0;
+    int digits = 0;
+    const char *c = buf + (buf[0] == '-');
+    for (; *c && *c != 'e'; c++)
+        if (*c >= '0' && *c <= '9') {
+            sig = sig * 10 + (uint64_t)(*c - '0');
+            digits++;
+        }
+    int exp10 = (int)strtol(c + 1, NULL, 10) - (digits - 1);
+    double f = (double)sig;
+    while (exp10 < -308) { /* the library divides by 1e308 until the table reaches */
+        f /= 1e308;
+        exp10 += 308;
+    }
+    char pw[16];
+    snprintf(pw, sizeof pw, "1e%d", exp10 < 0 ? -exp10 : exp10);
+    double p10 = strtod(pw, NULL);
+    f = exp10 < 0 ? f / p10 : f * p10;
+    return v < 0 ? -f : f;
+}
+
 static stof_status collect_vocab(loader *L, const cJSON *vocab, bool unigram)
 {
     tok_pipe *p = L->p;
@@ -461,8 +578,8 @@ static stof_status collect_vocab(loader *L, const cJSON *vocab, bool unigram)
             }
             strs[i] = piece->valuestring;
             ids[i] = i;
-            p->scores[i] = score->valuedouble;
-            if (i == 0 || score->valuedouble < min_score) min_score = score->valuedouble;
+            p->scores[i] = library_f64(score->valuedouble);
+            if (i == 0 || p->scores[i] < min_score) min_score = p->scores[i];
         } else {
             if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= TOK_MAX_ENTRIES ||
                 e->valuedouble != (double)(int32_t)e->valuedouble) {
@@ -736,6 +853,7 @@ void tok_pipe_free(tok_pipe *p)
     for (int i = 0; i < p->n_norms; i++) {
         pcre2_code_free(p->norms[i].pat.re);
         free(p->norms[i].text);
+        free(p->norms[i].trie);
     }
     for (int i = 0; i < p->n_pres; i++) pcre2_code_free(p->pres[i].pat.re);
     for (int i = 0; i < p->n_decs; i++) {

@@ -1,7 +1,8 @@
 /*
  * normalize.c — normalizers: Unicode normalization forms (utf8proc), Lowercase (the
  * library's per-character full lower-casing, which is what unicode_bert's table holds),
- * StripAccents, Replace, Prepend and Strip, applied in order.
+ * StripAccents, Replace, Prepend, Strip and Precompiled (SentencePiece's character map),
+ * applied in order.
  */
 #include "tok/tok.h"
 #include "tok/unicode_bert.h"
@@ -101,6 +102,68 @@ static stof_status strip(const tok_norm *nm, const char *s, size_t n, tok_buf *o
     return tok_buf_put(out, s + a, b - a);
 }
 
+/* The shortest key of the double-array trie that prefixes s[0..n), as SentencePiece's
+ * common-prefix search returns it first: its replacement, or NULL. Every index is checked,
+ * since the trie comes from the file. */
+static const char *charsmap_find(const tok_norm *nm, const char *s, size_t n, size_t *out_len)
+{
+    const uint32_t *a = nm->trie;
+    size_t pos = 0;
+    if (!a || nm->trie_n == 0) return NULL;
+    uint32_t unit = a[0];
+    pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == 0) break;
+        pos ^= c;
+        if (pos >= nm->trie_n) return NULL;
+        unit = a[pos];
+        if ((unit & ((1u << 31) | 0xFF)) != c) return NULL;
+        pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
+        if (pos >= nm->trie_n) return NULL;
+        if ((unit >> 8) & 1) {
+            size_t at = a[pos] & ((1u << 31) - 1);
+            if (at >= nm->text_len) return NULL;
+            *out_len = strnlen(nm->text + at, nm->text_len - at);
+            return nm->text + at;
+        }
+    }
+    return NULL;
+}
+
+/* Grapheme by grapheme: a cluster under 6 bytes that the map knows is replaced whole;
+ * otherwise each character is replaced or kept (the library's Precompiled). */
+static stof_status precompiled(const tok_norm *nm, const char *s, size_t n, tok_buf *out)
+{
+    size_t pos = 0;
+    while (pos < n) {
+        size_t start = pos, len;
+        utf8proc_int32_t state = 0;
+        uint32_t prev = tok_utf8_get(s, &pos);
+        while (pos < n) {
+            size_t q = pos;
+            uint32_t cp = tok_utf8_get(s, &q);
+            if (utf8proc_grapheme_break_stateful((utf8proc_int32_t)prev, (utf8proc_int32_t)cp,
+                                                 &state))
+                break;
+            prev = cp;
+            pos = q;
+        }
+        const char *rep;
+        if (pos - start < 6 && (rep = charsmap_find(nm, s + start, pos - start, &len))) {
+            STOF_TRY(tok_buf_put(out, rep, len));
+            continue;
+        }
+        for (size_t c = start; c < pos;) {
+            size_t k = (size_t)tok_utf8_len((unsigned char)s[c]);
+            rep = charsmap_find(nm, s + c, k, &len);
+            STOF_TRY(rep ? tok_buf_put(out, rep, len) : tok_buf_put(out, s + c, k));
+            c += k;
+        }
+    }
+    return STOF_OK;
+}
+
 static stof_status norm_one(const tok_norm *nm, tok_work *w, const char *s, size_t n, tok_buf *out)
 {
     switch (nm->kind) {
@@ -120,6 +183,8 @@ static stof_status norm_one(const tok_norm *nm, tok_work *w, const char *s, size
         return tok_buf_put(out, s, n);
     case TOK_NORM_STRIP:
         return strip(nm, s, n, out);
+    case TOK_NORM_PRECOMPILED:
+        return precompiled(nm, s, n, out);
     }
     return stof_error(STOF_ERR_INTERNAL, "unknown normalizer %d", (int)nm->kind);
 }

@@ -94,6 +94,7 @@ const tok_merge *tok_merges_find(const tok_merges *m, int32_t a, int32_t b);
 typedef enum tok_norm_kind {
     TOK_NORM_NFC, TOK_NORM_NFD, TOK_NORM_NFKC, TOK_NORM_NFKD, TOK_NORM_LOWERCASE,
     TOK_NORM_STRIP_ACCENTS, TOK_NORM_REPLACE, TOK_NORM_PREPEND, TOK_NORM_STRIP,
+    TOK_NORM_PRECOMPILED,
 } tok_norm_kind;
 
 /* A String or Regex pattern of Replace / Split. */
@@ -104,9 +105,11 @@ typedef struct tok_pattern {
 typedef struct tok_norm {
     tok_norm_kind kind;
     tok_pattern pat;   /* Replace */
-    char *text;        /* Replace content, Prepend prefix */
+    char *text;        /* Replace content, Prepend prefix, Precompiled's replacements */
     size_t text_len;
     bool left, right;  /* Strip */
+    uint32_t *trie;    /* Precompiled: SentencePiece's double-array trie (darts-clone) */
+    size_t trie_n;
 } tok_norm;
 
 typedef enum tok_split_behavior {

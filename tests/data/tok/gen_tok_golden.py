@@ -16,11 +16,13 @@ golden.jsonl: one line per test string with
   dec      Tokenizer.decode(ids, skip_special_tokens=True)
   dec_all  Tokenizer.decode(ids, skip_special_tokens=False)
 
-T5's real tokenizer.json normalizes with a Precompiled SentencePiece charsmap, which
-cannot be trained here; NFKC stands in for it (followed by T5's Replace of runs of
-spaces), and stof reports Precompiled as unsupported.
+T5's tokenizer.json normalizes with a Precompiled SentencePiece character map: the one
+used here is SentencePiece's own nmt_nfkc map, taken from a model the `sentencepiece`
+package trains on the corpus (only its normalizer is kept; the Unigram vocabulary is
+trained by `tokenizers`), followed by T5's Replace of runs of spaces.
 
-Run: python3 tests/data/tok/gen_tok_golden.py   (tokenizers 0.23.x; deterministic)
+Run: pip install sentencepiece; python3 tests/data/tok/gen_tok_golden.py
+(tokenizers 0.23.x; deterministic)
 """
 import json
 import os
@@ -238,10 +240,62 @@ def mistral(lines):
                            "unk_token": "<unk>"}
 
 
+def proto_fields(buf):
+    """(field number, bytes or None) of a protobuf message, enough to reach one field."""
+    i = 0
+    while i < len(buf):
+        key, i = varint(buf, i)
+        num, wire = key >> 3, key & 7
+        val = None
+        if wire == 0:
+            _, i = varint(buf, i)
+        elif wire == 2:
+            n, i = varint(buf, i)
+            val, i = buf[i:i + n], i + n
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+        yield num, val
+
+
+def varint(buf, i):
+    v, shift = 0, 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return v, i
+
+
+def sentencepiece_charsmap(lines):
+    """SentencePiece's nmt_nfkc precompiled_charsmap (ModelProto.normalizer_spec field 2)."""
+    import sentencepiece as spm
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        corpus = os.path.join(d, "corpus.txt")
+        with open(corpus, "w") as f:
+            f.write("\n".join(lines))
+        spm.SentencePieceTrainer.train(input=corpus, model_prefix=os.path.join(d, "m"), vocab_size=200,
+                                       model_type="unigram", normalization_rule_name="nmt_nfkc",
+                                       minloglevel=2)
+        with open(os.path.join(d, "m.model"), "rb") as f:
+            proto = f.read()
+    for num, val in proto_fields(proto):
+        if num == 3:
+            for n2, v2 in proto_fields(val):
+                if n2 == 2:
+                    return bytes(v2)
+    raise RuntimeError("no precompiled_charsmap in the SentencePiece model")
+
+
 def t5(lines):
     specials = ["<pad>", "</s>", "<unk>"]
     tok = Tokenizer(models.Unigram())
-    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")])
+    tok.normalizer = normalizers.Sequence([normalizers.Precompiled(sentencepiece_charsmap(lines)),
+                                           normalizers.Replace(Regex(" {2,}"), " ")])
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
     trainer = trainers.UnigramTrainer(vocab_size=900, special_tokens=specials, unk_token="<unk>",
                                       show_progress=False)
