@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the tokenizer golden data of tests/test_tok_golden.c.
 
-For each family (GPT-2, LLaMA-3, Qwen2, ModernBERT, LLaMA-2, Mistral, T5) this trains a
+BERT's WordPiece is checked with the real all-MiniLM-L6-v2 tokenizer.json (see bert()).
+For each other family (GPT-2, LLaMA-3, Qwen2, ModernBERT, LLaMA-2, Mistral, T5) this trains a
 small tokenizer with Hugging Face `tokenizers` on a fixed corpus, built with that
 family's own normalizer / pre-tokenizer / model flags / post-processor / decoder and
 special tokens (so every code path is the one the real folder takes; only the vocabulary
@@ -29,9 +30,10 @@ import os
 import random
 import sys
 
-import tokenizers
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from tokenizers import AddedToken
+os.environ["RAYON_NUM_THREADS"] = "1"  # the Unigram trainer's sums depend on thread count
+import tokenizers  # noqa: E402
+from tokenizers import Regex, Tokenizer  # noqa: E402, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N_STRINGS = 2050
@@ -312,10 +314,43 @@ FAMILIES = {"gpt2": gpt2, "llama3": llama3, "qwen2": qwen2, "modernbert": modern
             "llama2": llama2, "mistral": mistral, "t5": t5}
 
 
+def write_golden(tok, folder, strings):
+    trunc = Tokenizer.from_str(tok.to_str())
+    trunc.enable_truncation(max_length=16)
+    with open(os.path.join(folder, "golden.jsonl"), "w") as f:
+        for i, raw in enumerate(strings):
+            text = raw.decode("utf-8", errors="replace")
+            ids = tok.encode(text).ids
+            rec = {"hex": raw.hex(), "ids": ids,
+                   "dec": tok.decode(ids, skip_special_tokens=True),
+                   "dec_all": tok.decode(ids, skip_special_tokens=False)}
+            if i < 300:
+                rec["ids16"] = trunc.encode(text).ids
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+def bert():
+    """WordPiece: the real all-MiniLM-L6-v2 tokenizer.json (models/, fetched by
+    scripts/setup.sh), whose vocabulary is the committed tests/data/tokens_golden_vocab;
+    only golden.jsonl is written (the C test opens that vocabulary folder)."""
+    path = os.path.join(HERE, "..", "..", "..", "models", "all-MiniLM-L6-v2", "tokenizer.json")
+    if not os.path.exists(path):
+        print("bert: models/all-MiniLM-L6-v2 is absent, its golden is left as it is", file=sys.stderr)
+        return
+    tok = Tokenizer.from_file(path)
+    tok.no_truncation()
+    tok.no_padding()
+    folder = os.path.join(HERE, "bert")
+    os.makedirs(folder, exist_ok=True)
+    write_golden(tok, folder, test_strings(random.Random(4), ["[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"]))
+    print("bert", "WordPiece golden written", file=sys.stderr)
+
+
 def main():
     print("tokenizers", tokenizers.__version__, file=sys.stderr)
     rng = random.Random(1234)
     lines = corpus(rng)
+    bert()
     for name, build in FAMILIES.items():
         tok, specials, config = build(lines)
         folder = os.path.join(HERE, name)
@@ -326,18 +361,7 @@ def main():
         with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
             json.dump(config, f, indent=1)
         strings = test_strings(random.Random(sum(map(ord, name))), specials)
-        trunc = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
-        trunc.enable_truncation(max_length=16)
-        with open(os.path.join(folder, "golden.jsonl"), "w") as f:
-            for i, raw in enumerate(strings):
-                text = raw.decode("utf-8", errors="replace")
-                ids = tok.encode(text).ids
-                rec = {"hex": raw.hex(), "ids": ids,
-                       "dec": tok.decode(ids, skip_special_tokens=True),
-                       "dec_all": tok.decode(ids, skip_special_tokens=False)}
-                if i < 300:
-                    rec["ids16"] = trunc.encode(text).ids
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        write_golden(tok, folder, strings)
         print(name, len(strings), "strings,", tok.get_vocab_size(), "tokens", file=sys.stderr)
 
 
