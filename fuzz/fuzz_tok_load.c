@@ -16,7 +16,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const texts[] = {"", "Hello world, it's 2024!", "  naïve café 👍🏽 中文\n\t",
+static const char *const texts[] = {"", "Hello world, it's 2024!",
+                                    "  naïve café 👍🏽 中文\n\t",
                                     "<s> [CLS] <|endoftext|> a\xff\xfe b"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -30,10 +31,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t i = 0; w && i < sizeof texts / sizeof texts[0]; i++) {
             tok_ids ids = {0};
             tok_buf out = {0};
-            if (tok_pipe_encode(p, w, texts[i], strlen(texts[i]), true, 0, false, &ids) == STOF_OK) {
+            if (tok_pipe_encode(p, w, texts[i], strlen(texts[i]), true, 0, false, &ids) ==
+                STOF_OK) {
                 for (size_t k = 0; k < ids.n; k++)
                     if (ids.p[k] < 0 || ids.p[k] >= p->n_ids) {
-                        fprintf(stderr, "fuzz_tok_load: id %d outside [0, %d)\n", ids.p[k], p->n_ids);
+                        fprintf(stderr, "fuzz_tok_load: id %d outside [0, %d)\n", ids.p[k],
+                                p->n_ids);
                         abort();
                     }
                 size_t held;

@@ -38,8 +38,8 @@ static char *tokenizer_json(const char *model, const char *normalizer, const cha
     return s;
 }
 
-#define GOOD_MODEL                                                                            \
-    "{\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"<unk>\": 3}, "          \
+#define GOOD_MODEL                                                                                 \
+    "{\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"<unk>\": 3}, "               \
     "\"merges\": [\"a b\"], \"unk_token\": \"<unk>\"}"
 
 static void expect_open(const char *what, const char *json, stof_status want)
@@ -103,17 +103,22 @@ static void test_models(void)
     expect_model("merge of an empty token",
                  "{\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"\": 1}, \"merges\": [[\"a\", \"\"]]}",
                  STOF_ERR_FORMAT);
-    expect_model("merge a number",
-                 "{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [7]}", STOF_ERR_FORMAT);
-    expect_model("dropout", "{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [], "
-                            "\"dropout\": 0.1}", STOF_ERR_UNSUPPORTED);
-    expect_model("flag a string", "{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [], "
-                                  "\"byte_fallback\": \"yes\"}", STOF_ERR_FORMAT);
+    expect_model("merge a number", "{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [7]}",
+                 STOF_ERR_FORMAT);
+    expect_model("dropout",
+                 "{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [], "
+                 "\"dropout\": 0.1}",
+                 STOF_ERR_UNSUPPORTED);
+    expect_model("flag a string",
+                 "{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [], "
+                 "\"byte_fallback\": \"yes\"}",
+                 STOF_ERR_FORMAT);
     /* A merge "cycle": ab is made from a+b and listed again from itself: still a DAG of
      * concatenations, so it loads (the duplicate keeps its first rank) and terminates. */
     expect_model("repeated merges",
                  "{\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, "
-                 "\"merges\": [\"a b\", \"a b\", [\"a\", \"b\"]]}", STOF_OK);
+                 "\"merges\": [\"a b\", \"a b\", [\"a\", \"b\"]]}",
+                 STOF_OK);
     expect_model("unigram entry not a pair",
                  "{\"type\": \"Unigram\", \"vocab\": [[\"a\", -1.0], \"b\"], \"unk_id\": 0}",
                  STOF_ERR_FORMAT);
@@ -123,46 +128,66 @@ static void test_models(void)
     expect_model("unigram unk_id out of range",
                  "{\"type\": \"Unigram\", \"vocab\": [[\"a\", -1.0]], \"unk_id\": 5}",
                  STOF_ERR_FORMAT);
-    expect_model("unigram vocab an object",
-                 "{\"type\": \"Unigram\", \"vocab\": {\"a\": 1}}", STOF_ERR_FORMAT);
+    expect_model("unigram vocab an object", "{\"type\": \"Unigram\", \"vocab\": {\"a\": 1}}",
+                 STOF_ERR_FORMAT);
 }
 
 static void test_components(void)
 {
     const char *n = "null";
-    expect_part("bad regex", n, "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}, "
-                "\"behavior\": \"Isolated\"}", n, n, "[]", STOF_ERR_FORMAT);
-    expect_part("bad behavior", n, "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, "
-                "\"behavior\": \"Sideways\"}", n, n, "[]", STOF_ERR_FORMAT);
+    expect_part("bad regex", n,
+                "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}, "
+                "\"behavior\": \"Isolated\"}",
+                n, n, "[]", STOF_ERR_FORMAT);
+    expect_part("bad behavior", n,
+                "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, "
+                "\"behavior\": \"Sideways\"}",
+                n, n, "[]", STOF_ERR_FORMAT);
     expect_part("pattern a string", n, "{\"type\": \"Split\", \"pattern\": \"a\"}", n, n, "[]",
                 STOF_ERR_FORMAT);
     expect_part("no type", "{\"lowercase\": true}", n, n, n, "[]", STOF_ERR_FORMAT);
     expect_part("type a number", "{\"type\": 3}", n, n, n, "[]", STOF_ERR_FORMAT);
     expect_part("unknown normalizer", "{\"type\": \"Nmt\"}", n, n, n, "[]", STOF_ERR_UNSUPPORTED);
-    expect_part("charsmap not base64", "{\"type\": \"Precompiled\", \"precompiled_charsmap\": "
-                "\"@@@@\"}", n, n, n, "[]", STOF_ERR_FORMAT);
+    expect_part("charsmap not base64",
+                "{\"type\": \"Precompiled\", \"precompiled_charsmap\": "
+                "\"@@@@\"}",
+                n, n, n, "[]", STOF_ERR_FORMAT);
     /* "/////w==": a trie size of 0xffffffff bytes in a 4-byte map. */
-    expect_part("charsmap trie too big", "{\"type\": \"Precompiled\", \"precompiled_charsmap\": "
-                "\"/////w==\"}", n, n, n, "[]", STOF_ERR_FORMAT);
+    expect_part("charsmap trie too big",
+                "{\"type\": \"Precompiled\", \"precompiled_charsmap\": "
+                "\"/////w==\"}",
+                n, n, n, "[]", STOF_ERR_FORMAT);
     /* "CAAAAP////8AAAAAYQ==": a trie of two units that point far outside it, then "a". */
-    expect_part("charsmap trie pointing outside", "{\"type\": \"Precompiled\", "
-                "\"precompiled_charsmap\": \"CAAAAP////8AAAAAYQ==\"}", n, n, n, "[]", STOF_OK);
+    expect_part("charsmap trie pointing outside",
+                "{\"type\": \"Precompiled\", "
+                "\"precompiled_charsmap\": \"CAAAAP////8AAAAAYQ==\"}",
+                n, n, n, "[]", STOF_OK);
     expect_part("Sequence without members", "{\"type\": \"Sequence\"}", n, n, n, "[]",
                 STOF_ERR_FORMAT);
-    expect_part("Replace without content", "{\"type\": \"Replace\", \"pattern\": "
-                "{\"String\": \"a\"}}", n, n, n, "[]", STOF_ERR_FORMAT);
-    expect_part("Metaspace of two characters", n, "{\"type\": \"Metaspace\", \"replacement\": "
-                "\"ab\"}", n, n, "[]", STOF_ERR_FORMAT);
-    expect_part("template token not listed", n, n, "{\"type\": \"TemplateProcessing\", "
+    expect_part("Replace without content",
+                "{\"type\": \"Replace\", \"pattern\": "
+                "{\"String\": \"a\"}}",
+                n, n, n, "[]", STOF_ERR_FORMAT);
+    expect_part("Metaspace of two characters", n,
+                "{\"type\": \"Metaspace\", \"replacement\": "
+                "\"ab\"}",
+                n, n, "[]", STOF_ERR_FORMAT);
+    expect_part("template token not listed", n, n,
+                "{\"type\": \"TemplateProcessing\", "
                 "\"single\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}], "
-                "\"special_tokens\": {}}", n, "[]", STOF_ERR_FORMAT);
-    expect_part("Bert processing without ids", n, n, "{\"type\": \"BertProcessing\", "
-                "\"cls\": \"[CLS]\", \"sep\": [\"[SEP]\", 1]}", n, "[]", STOF_ERR_FORMAT);
-    expect_part("Strip decoder of a string", n, n, n, "{\"type\": \"Strip\", \"content\": "
-                "\"ab\", \"start\": 1, \"stop\": 0}", "[]", STOF_ERR_FORMAT);
+                "\"special_tokens\": {}}",
+                n, "[]", STOF_ERR_FORMAT);
+    expect_part("Bert processing without ids", n, n,
+                "{\"type\": \"BertProcessing\", "
+                "\"cls\": \"[CLS]\", \"sep\": [\"[SEP]\", 1]}",
+                n, "[]", STOF_ERR_FORMAT);
+    expect_part("Strip decoder of a string", n, n, n,
+                "{\"type\": \"Strip\", \"content\": "
+                "\"ab\", \"start\": 1, \"stop\": 0}",
+                "[]", STOF_ERR_FORMAT);
     expect_part("added tokens an object", n, n, n, n, "{}", STOF_ERR_FORMAT);
-    expect_part("added token id a string", n, n, n, n,
-                "[{\"id\": \"4\", \"content\": \"<s>\"}]", STOF_ERR_FORMAT);
+    expect_part("added token id a string", n, n, n, n, "[{\"id\": \"4\", \"content\": \"<s>\"}]",
+                STOF_ERR_FORMAT);
     expect_part("added token without content", n, n, n, n, "[{\"id\": 4}]", STOF_ERR_FORMAT);
     expect_part("added token flag a number", n, n, n, n,
                 "[{\"id\": 4, \"content\": \"<s>\", \"lstrip\": 1}]", STOF_ERR_FORMAT);
@@ -179,7 +204,8 @@ static void test_components(void)
     }
     expect_part("deep Sequences", deep, n, n, n, "[]", STOF_ERR_FORMAT);
     size_t k = 0;
-    for (int i = 0; i < 20000; i++) deep[k++] = '[';
+    for (int i = 0; i < 20000; i++)
+        deep[k++] = '[';
     deep[k] = '\0';
     j = tokenizer_json(GOOD_MODEL, deep, n, n, n, "[]");
     expect_open("JSON nested 20000 deep", j, STOF_ERR_PARSE);
@@ -190,7 +216,8 @@ static void test_components(void)
 /* A regex that backtracks exponentially stops at PCRE2's match limit. */
 static void test_hostile_regex(void)
 {
-    char *j = tokenizer_json(GOOD_MODEL, "null", "{\"type\": \"Split\", \"pattern\": "
+    char *j = tokenizer_json(GOOD_MODEL, "null",
+                             "{\"type\": \"Split\", \"pattern\": "
                              "{\"Regex\": \"(a|aa)+$\"}, \"behavior\": \"Isolated\"}",
                              "null", "null", "[]");
     write_file("tokenizer.json", j);
@@ -214,8 +241,10 @@ static void test_hostile_regex(void)
 /* A charsmap trie whose units point outside it: lookups stop at the bound. */
 static void test_hostile_charsmap(void)
 {
-    char *j = tokenizer_json(GOOD_MODEL, "{\"type\": \"Precompiled\", \"precompiled_charsmap\": "
-                             "\"CAAAAP////8AAAAAYQ==\"}", "null", "null", "null", "[]");
+    char *j = tokenizer_json(GOOD_MODEL,
+                             "{\"type\": \"Precompiled\", \"precompiled_charsmap\": "
+                             "\"CAAAAP////8AAAAAYQ==\"}",
+                             "null", "null", "null", "[]");
     write_file("tokenizer.json", j);
     free(j);
     stof_tokenizer *tok = NULL;
@@ -246,7 +275,8 @@ static void test_call_errors(void)
           "NULL text accepted");
     char text[4];
     CHECK(stof_tokenizer_decode(tok, ids, 3, NULL, text, sizeof text, &len, NULL) ==
-              STOF_ERR_INVALID_ARG && len == 11, /* "ab <unk> ab": no decoder joins with spaces */
+                  STOF_ERR_INVALID_ARG &&
+              len == 11, /* "ab <unk> ab": no decoder joins with spaces */
           "a too small text buffer: len = %zu", len);
     int32_t odd[] = {-5, 99999, 0};
     char big[64];

@@ -36,7 +36,8 @@ static int32_t *read_ids(const cJSON *a, int *n)
     *n = cJSON_GetArraySize(a);
     int32_t *ids = malloc(((size_t)*n + 1) * sizeof *ids);
     int i = 0;
-    for (const cJSON *e = a ? a->child : NULL; e; e = e->next) ids[i++] = (int32_t)e->valuedouble;
+    for (const cJSON *e = a ? a->child : NULL; e; e = e->next)
+        ids[i++] = (int32_t)e->valuedouble;
     return ids;
 }
 
@@ -86,7 +87,8 @@ static golden *load(const char *path, int *count)
 static void print_ids(const char *what, const int32_t *ids, size_t n)
 {
     fprintf(stderr, "  %s (%zu):", what, n);
-    for (size_t i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", ids[i]);
+    for (size_t i = 0; i < n && i < 40; i++)
+        fprintf(stderr, " %d", ids[i]);
     fprintf(stderr, n > 40 ? " ...\n" : "\n");
 }
 
@@ -164,13 +166,17 @@ static void check_family(const char *name)
         }
         char *d = decode(tok, g[i].ids, (size_t)g[i].n_ids, 1, 0, NULL);
         if (!d || strcmp(d, g[i].dec) != 0) {
-            if (shown++ < 5) fprintf(stderr, "%s string %d decode:\n  stof '%s'\n  HF   '%s'\n", name, i, d ? d : "(failed)", g[i].dec);
+            if (shown++ < 5)
+                fprintf(stderr, "%s string %d decode:\n  stof '%s'\n  HF   '%s'\n", name, i,
+                        d ? d : "(failed)", g[i].dec);
             bad_dec++;
         }
         free(d);
         d = decode(tok, g[i].ids, (size_t)g[i].n_ids, 0, 0, NULL);
         if (!d || strcmp(d, g[i].dec_all) != 0) {
-            if (shown++ < 5) fprintf(stderr, "%s string %d decode (specials kept):\n  stof '%s'\n  HF   '%s'\n", name, i, d ? d : "(failed)", g[i].dec_all);
+            if (shown++ < 5)
+                fprintf(stderr, "%s string %d decode (specials kept):\n  stof '%s'\n  HF   '%s'\n",
+                        name, i, d ? d : "(failed)", g[i].dec_all);
             bad_dec_all++;
         }
         free(d);
@@ -192,10 +198,12 @@ static void check_family(const char *name)
     CHECK_OK(stof_tokenizer_encode_batch(tok, texts, lens, n, NULL, 3, &lists));
     int bad_batch = 0;
     for (int i = 0; i < n && lists.ids; i++)
-        if (!same_ids(lists.ids + lists.offsets[i], (size_t)(lists.offsets[i + 1] - lists.offsets[i]),
-                      g[i].ids, (size_t)g[i].n_ids))
+        if (!same_ids(lists.ids + lists.offsets[i],
+                      (size_t)(lists.offsets[i + 1] - lists.offsets[i]), g[i].ids,
+                      (size_t)g[i].n_ids))
             bad_batch++;
-    CHECK(lists.batch == n && bad_batch == 0, "%s: batch ids differ on %d strings", name, bad_batch);
+    CHECK(lists.batch == n && bad_batch == 0, "%s: batch ids differ on %d strings", name,
+          bad_batch);
     stof_token_lists_free(&lists);
 
     /* Streaming: every prefix's text is a prefix of the next one's, with no U+FFFD at
@@ -252,8 +260,8 @@ static void check_family(const char *name)
 
 int main(int argc, char **argv)
 {
-    static const char *const families[] = {"bert", "gpt2", "llama3", "qwen2", "modernbert",
-                                           "llama2", "mistral", "t5"};
+    static const char *const families[] = {"bert",       "gpt2",   "llama3",  "qwen2",
+                                           "modernbert", "llama2", "mistral", "t5"};
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if (argc < 2 || strcmp(argv[1], families[i]) == 0) check_family(families[i]);
     return test_finish("test_tok_golden");

@@ -59,7 +59,8 @@ static bool push_input(input_list *l, char *s, size_t len)
 static void free_inputs(input_list *l)
 {
     if (l->owned)
-        for (size_t i = 0; i < l->n; i++) free(l->s[i]);
+        for (size_t i = 0; i < l->n; i++)
+            free(l->s[i]);
     free(l->s);
     free(l->len);
 }
@@ -171,14 +172,16 @@ static bool parse_ids(const char *s, size_t len, int32_t **ids, size_t *n)
     *ids = malloc((len / 2 + 1) * sizeof **ids);
     if (!*ids) return false;
     size_t i = 0;
-    while (i < len && (isspace((unsigned char)s[i]) || s[i] == '[')) i++;
+    while (i < len && (isspace((unsigned char)s[i]) || s[i] == '['))
+        i++;
     while (i < len && s[i] != ']') {
         char *end;
         long v = strtol(s + i, &end, 10);
         if (end == s + i || v < INT32_MIN || v > INT32_MAX) return false;
         (*ids)[(*n)++] = (int32_t)v;
         i = (size_t)(end - s);
-        while (i < len && (isspace((unsigned char)s[i]) || s[i] == ',')) i++;
+        while (i < len && (isspace((unsigned char)s[i]) || s[i] == ','))
+            i++;
     }
     return true;
 }
@@ -199,8 +202,8 @@ static int decode_all(const cli_args *a, const tokenize_opts *o, stof_tokenizer 
         }
         size_t cap = 16 * n + 64;
         char *text = malloc(cap);
-        stof_status st = text ? stof_tokenizer_decode(tok, ids, n, &dp, text, cap, &len, NULL)
-                              : STOF_ERR_OOM;
+        stof_status st =
+            text ? stof_tokenizer_decode(tok, ids, n, &dp, text, cap, &len, NULL) : STOF_ERR_OOM;
         if (st == STOF_ERR_INVALID_ARG && len + 1 > cap) {
             char *bigger = realloc(text, len + 1);
             st = bigger ? stof_tokenizer_decode(tok, ids, n, &dp, bigger, len + 1, &len, NULL)

@@ -32,8 +32,8 @@ static stof_status transformer_path(const cJSON *root, const char *file, const c
                  io_json_type_name(root));
     for (const cJSON *m = root->child; m; m = m->next) {
         const char *type, *p;
-        STOF_REQUIRE(cJSON_IsObject(m), STOF_ERR_FORMAT, "%s: a module is %s, not an object",
-                     file, io_json_type_name(m));
+        STOF_REQUIRE(cJSON_IsObject(m), STOF_ERR_FORMAT, "%s: a module is %s, not an object", file,
+                     io_json_type_name(m));
         STOF_TRY(io_json_string(m, "type", false, &type, file));
         STOF_TRY(io_json_string(m, "path", true, &p, file));
         if (!type || strcmp(type_suffix(type), "Transformer") != 0) continue;
@@ -50,8 +50,7 @@ static stof_status copy_out(char *out, size_t cap, const char *dir, const char *
 {
     if (!sub || !*sub) {
         size_t n = strlen(dir);
-        STOF_REQUIRE(n < cap, STOF_ERR_INVALID_ARG, "model folder path is too long (%zu bytes)",
-                     n);
+        STOF_REQUIRE(n < cap, STOF_ERR_INVALID_ARG, "model folder path is too long (%zu bytes)", n);
         memcpy(out, dir, n + 1);
         return STOF_OK;
     }

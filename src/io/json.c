@@ -42,8 +42,8 @@ stof_status io_read_file(const char *path, char **out, size_t *len)
         n += fread(buf + n, 1, cap - n, f);
         if (n < cap) break;
         if (cap >= IO_MAX_FILE_BYTES) {
-            st = stof_error(STOF_ERR_FORMAT, "%s is larger than %zu bytes", path,
-                            IO_MAX_FILE_BYTES);
+            st =
+                stof_error(STOF_ERR_FORMAT, "%s is larger than %zu bytes", path, IO_MAX_FILE_BYTES);
             break;
         }
         char *bigger = realloc(buf, 2 * cap + 1);

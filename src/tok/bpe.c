@@ -15,8 +15,8 @@
 
 /* ------------------------------------------------------------------ cache */
 
-#define CACHE_SLOTS 8192     /* per thread; a power of two */
-#define CACHE_MAX_WORD 48    /* longer words are not cached */
+#define CACHE_SLOTS 8192  /* per thread; a power of two */
+#define CACHE_MAX_WORD 48 /* longer words are not cached */
 #define CACHE_MAX_IDS 16
 
 typedef struct cache_slot {
@@ -32,7 +32,8 @@ struct tok_cache {
 static size_t cache_hash(const char *s, size_t n)
 {
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
     return (size_t)(h ^ (h >> 32)) & (CACHE_SLOTS - 1);
 }
 
@@ -87,7 +88,8 @@ static stof_status ensure(tok_work *w, size_t n)
 {
     if (n <= w->syms_cap) return STOF_OK;
     size_t c = w->syms_cap ? w->syms_cap : 64;
-    while (c < n) c *= 2;
+    while (c < n)
+        c *= 2;
     tok_bpe_sym *s = realloc(w->syms, c * sizeof *s);
     if (s) w->syms = s;
     tok_bpe_cand *h = realloc(w->heap, c * sizeof *h);
@@ -182,7 +184,8 @@ static void push_pair(const tok_pipe *p, tok_work *w, size_t *hn, int32_t pos)
 static void merge_all(const tok_pipe *p, tok_work *w, size_t count)
 {
     size_t hn = 0;
-    for (size_t i = 0; i + 1 < count; i++) push_pair(p, w, &hn, (int32_t)i);
+    for (size_t i = 0; i + 1 < count; i++)
+        push_pair(p, w, &hn, (int32_t)i);
     while (hn) {
         tok_bpe_cand c = heap_pop(w->heap, &hn);
         tok_bpe_sym *a = &w->syms[c.pos];
@@ -209,7 +212,8 @@ stof_status tok_bpe_word(const tok_pipe *p, tok_work *w, const char *s, size_t n
     }
     cache_slot *slot = cache_get(w, s, n);
     if (slot && slot->len == n && memcmp(slot->word, s, n) == 0) {
-        for (int i = 0; i < slot->n_ids; i++) STOF_TRY(tok_ids_put(out, slot->ids[i]));
+        for (int i = 0; i < slot->n_ids; i++)
+            STOF_TRY(tok_ids_put(out, slot->ids[i]));
         return STOF_OK;
     }
     size_t count, first = out->n;

@@ -54,8 +54,10 @@ static bool byte_token(const char *s, size_t n, unsigned char *out)
     int v = 0;
     for (int i = 3; i < 5; i++) {
         char c = s[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                       : -1;
         if (d < 0) return false;
         v = v * 16 + d;
     }
@@ -79,7 +81,8 @@ static stof_status flush_bytes(toklist *out, tok_buf *bytes, bool stream_end)
     if (valid) {
         STOF_TRY(push(out, bytes->p, bytes->n));
     } else {
-        for (size_t i = 0; i < bytes->n; i++) STOF_TRY(push(out, "\xEF\xBF\xBD", 3));
+        for (size_t i = 0; i < bytes->n; i++)
+            STOF_TRY(push(out, "\xEF\xBF\xBD", 3));
     }
     bytes->n = 0;
     return STOF_OK;
@@ -87,10 +90,10 @@ static stof_status flush_bytes(toklist *out, tok_buf *bytes, bool stream_end)
 
 static stof_status wordpiece_cleanup(tok_buf *b, const char *s, size_t n)
 {
-    static const char *const pairs[][2] = {
-        {" .", "."},      {" ?", "?"},   {" !", "!"},   {" ,", ","},
-        {" ' ", "'"},     {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"},
-        {" 's", "'s"},    {" 've", "'ve"}, {" 're", "'re"}};
+    static const char *const pairs[][2] = {{" .", "."},     {" ?", "?"},           {" !", "!"},
+                                           {" ,", ","},     {" ' ", "'"},          {" n't", "n't"},
+                                           {" 'm", "'m"},   {" do not", " don't"}, {" 's", "'s"},
+                                           {" 've", "'ve"}, {" 're", "'re"}};
     tok_buf cur = {0}, next = {0};
     stof_status st = tok_buf_put(&cur, s, n);
     for (size_t k = 0; st == STOF_OK && k < sizeof pairs / sizeof pairs[0]; k++) {
@@ -122,7 +125,8 @@ static stof_status dec_one(const tok_dec *d, const toklist *in, toklist *out, bo
             bool all = true;
             while (all && pos < n) {
                 int b = tok_byte_of_char(tok_utf8_get(s, &pos));
-                if (b < 0) all = false;
+                if (b < 0)
+                    all = false;
                 else {
                     char c = (char)b;
                     st = extend(out, &c, 1);
@@ -134,20 +138,20 @@ static stof_status dec_one(const tok_dec *d, const toklist *in, toklist *out, bo
             }
             break;
         }
-        case TOK_DEC_FUSE:
-            st = extend(out, s, n);
-            break;
+        case TOK_DEC_FUSE: st = extend(out, s, n); break;
         case TOK_DEC_METASPACE: {
             bool drop = i == 0 && d->prepend != TOK_PREPEND_NEVER;
             st = push(out, "", 0);
             if (st == STOF_OK)
-                st = put_replaced(out->b, s, n, d->replacement, d->replacement_len, " ", drop ? 0 : 1);
+                st = put_replaced(out->b, s, n, d->replacement, d->replacement_len, " ",
+                                  drop ? 0 : 1);
             out->s->p[out->s->n - 1].end = out->b->n;
             break;
         }
         case TOK_DEC_REPLACE:
             st = push(out, "", 0);
-            if (st == STOF_OK) st = put_replaced(out->b, s, n, d->from, d->from_len, d->to, d->to_len);
+            if (st == STOF_OK)
+                st = put_replaced(out->b, s, n, d->from, d->from_len, d->to, d->to_len);
             out->s->p[out->s->n - 1].end = out->b->n;
             break;
         case TOK_DEC_BYTE_FALLBACK: {
@@ -162,8 +166,10 @@ static stof_status dec_one(const tok_dec *d, const toklist *in, toklist *out, bo
         }
         case TOK_DEC_STRIP: {
             size_t a = 0, z = n, c = d->from_len;
-            for (int k = 0; k < d->start && a + c <= z && memcmp(s + a, d->from, c) == 0; k++) a += c;
-            for (int k = 0; k < d->stop && z >= a + c && memcmp(s + z - c, d->from, c) == 0; k++) z -= c;
+            for (int k = 0; k < d->start && a + c <= z && memcmp(s + a, d->from, c) == 0; k++)
+                a += c;
+            for (int k = 0; k < d->stop && z >= a + c && memcmp(s + z - c, d->from, c) == 0; k++)
+                z -= c;
             st = push(out, s + a, z - a);
             break;
         }
@@ -252,7 +258,8 @@ stof_status tok_pipe_decode(const tok_pipe *p, const int32_t *ids, size_t n, boo
         if (st == STOF_OK) st = tok_spans_put(&spans, at, toks.n);
     }
     if (st == STOF_OK)
-        st = tok_decode_tokens(p->decs, p->n_decs, p->has_decoder, &toks, &spans, stream, out, held);
+        st =
+            tok_decode_tokens(p->decs, p->n_decs, p->has_decoder, &toks, &spans, stream, out, held);
     free(toks.p);
     free(spans.p);
     return st;

@@ -27,9 +27,11 @@ void tok_work_free(tok_work *w)
 {
     if (!w) return;
     tok_buf *bufs[] = {&w->text, &w->norm, &w->tmp, &w->words, &w->meta};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]->p);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]->p);
     tok_spans *spans[] = {&w->segs, &w->pieces, &w->next, &w->matches};
-    for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++) free(spans[i]->p);
+    for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
+        free(spans[i]->p);
     free(w->word_ids.p);
     free(w->content.p);
     free(w->splits);
@@ -59,14 +61,16 @@ static bool is_word_char(uint32_t cp)
 static uint32_t cp_before(const char *s, size_t i)
 {
     size_t k = i - 1;
-    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80)
+        k--;
     return tok_utf8_get(s, &k);
 }
 
 static bool ws_before(const char *s, size_t i, size_t *start)
 {
     size_t k = i - 1;
-    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80)
+        k--;
     size_t p = k;
     if (!tok_is_whitespace(tok_utf8_get(s, &p))) return false;
     *start = k;
@@ -101,7 +105,8 @@ static bool next_added(const tok_pipe *p, const char *s, size_t n, size_t from, 
             m->end = end;
             m->id = a->id;
             if (a->lstrip)
-                while (m->start > from && ws_before(s, m->start, &m->start)) {}
+                while (m->start > from && ws_before(s, m->start, &m->start)) {
+                }
             if (a->rstrip)
                 while (m->end < n) {
                     size_t q = m->end;
@@ -175,15 +180,18 @@ stof_status tok_pipe_encode(const tok_pipe *p, tok_work *w, const char *text, si
         }
     }
     if (!frame) {
-        for (size_t i = 0; i < keep; i++) STOF_TRY(tok_ids_put(out, w->content.p[skip + i]));
+        for (size_t i = 0; i < keep; i++)
+            STOF_TRY(tok_ids_put(out, w->content.p[skip + i]));
         return STOF_OK;
     }
     for (int k = 0; k < p->n_tpl; k++) {
         const tok_tpl_item *it = &p->tpl[k];
         if (it->is_sequence)
-            for (size_t i = 0; i < keep; i++) STOF_TRY(tok_ids_put(out, w->content.p[skip + i]));
+            for (size_t i = 0; i < keep; i++)
+                STOF_TRY(tok_ids_put(out, w->content.p[skip + i]));
         else
-            for (int i = 0; i < it->n_ids; i++) STOF_TRY(tok_ids_put(out, it->ids[i]));
+            for (int i = 0; i < it->n_ids; i++)
+                STOF_TRY(tok_ids_put(out, it->ids[i]));
     }
     return STOF_OK;
 }

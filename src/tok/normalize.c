@@ -22,8 +22,10 @@ static stof_status unicode_form(tok_norm_kind kind, const char *s, size_t n, tok
 {
     if (all_ascii(s, n)) return tok_buf_put(out, s, n); /* every form is the identity */
     int opts = UTF8PROC_STABLE;
-    if (kind == TOK_NORM_NFC || kind == TOK_NORM_NFKC) opts |= UTF8PROC_COMPOSE;
-    else opts |= UTF8PROC_DECOMPOSE;
+    if (kind == TOK_NORM_NFC || kind == TOK_NORM_NFKC)
+        opts |= UTF8PROC_COMPOSE;
+    else
+        opts |= UTF8PROC_DECOMPOSE;
     if (kind == TOK_NORM_NFKC || kind == TOK_NORM_NFKD) opts |= UTF8PROC_COMPAT;
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst,
@@ -91,11 +93,13 @@ static stof_status strip(const tok_norm *nm, const char *s, size_t n, tok_buf *o
 {
     size_t a = 0, b = n, len;
     if (nm->left)
-        while (a < b && is_space_at(s, a, &len)) a += len;
+        while (a < b && is_space_at(s, a, &len))
+            a += len;
     if (nm->right)
         while (b > a) {
             size_t c = b - 1;
-            while (c > a && ((unsigned char)s[c] & 0xC0) == 0x80) c--;
+            while (c > a && ((unsigned char)s[c] & 0xC0) == 0x80)
+                c--;
             if (!is_space_at(s, c, &len)) break;
             b = c;
         }
@@ -170,21 +174,15 @@ static stof_status norm_one(const tok_norm *nm, tok_work *w, const char *s, size
     case TOK_NORM_NFC:
     case TOK_NORM_NFD:
     case TOK_NORM_NFKC:
-    case TOK_NORM_NFKD:
-        return unicode_form(nm->kind, s, n, out);
-    case TOK_NORM_LOWERCASE:
-        return lowercase(s, n, out);
-    case TOK_NORM_STRIP_ACCENTS:
-        return strip_accents(s, n, out);
-    case TOK_NORM_REPLACE:
-        return replace(nm, w, s, n, out);
+    case TOK_NORM_NFKD: return unicode_form(nm->kind, s, n, out);
+    case TOK_NORM_LOWERCASE: return lowercase(s, n, out);
+    case TOK_NORM_STRIP_ACCENTS: return strip_accents(s, n, out);
+    case TOK_NORM_REPLACE: return replace(nm, w, s, n, out);
     case TOK_NORM_PREPEND:
         if (n) STOF_TRY(tok_buf_put(out, nm->text, nm->text_len));
         return tok_buf_put(out, s, n);
-    case TOK_NORM_STRIP:
-        return strip(nm, s, n, out);
-    case TOK_NORM_PRECOMPILED:
-        return precompiled(nm, s, n, out);
+    case TOK_NORM_STRIP: return strip(nm, s, n, out);
+    case TOK_NORM_PRECOMPILED: return precompiled(nm, s, n, out);
     }
     return stof_error(STOF_ERR_INTERNAL, "unknown normalizer %d", (int)nm->kind);
 }

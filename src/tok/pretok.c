@@ -29,8 +29,9 @@ stof_status tok_regex_compile(const char *pattern, size_t len, bool literal, con
     if (!out->re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(err, msg, sizeof msg);
-        return stof_error(STOF_ERR_FORMAT, "%s: regex \"%.100s\" does not compile at offset %zu: %s",
-                          file, pattern, (size_t)at, (const char *)msg);
+        return stof_error(STOF_ERR_FORMAT,
+                          "%s: regex \"%.100s\" does not compile at offset %zu: %s", file, pattern,
+                          (size_t)at, (const char *)msg);
     }
     /* Without JIT (unsupported CPU, no executable memory) the interpreter runs it. */
     (void)pcre2_jit_compile(out->re, PCRE2_JIT_COMPLETE);
@@ -130,11 +131,11 @@ static void apply_behavior(tok_work *w, tok_split_behavior how, bool invert)
     tok_split *sp = w->splits;
     size_t n = w->splits_n, k = 0;
     if (invert)
-        for (size_t i = 0; i < n; i++) sp[i].match = !sp[i].match;
+        for (size_t i = 0; i < n; i++)
+            sp[i].match = !sp[i].match;
     bool prev_match = false;
     switch (how) {
-    case TOK_SPLIT_ISOLATED:
-        return;
+    case TOK_SPLIT_ISOLATED: return;
     case TOK_SPLIT_REMOVED:
         for (size_t i = 0; i < n; i++)
             if (!sp[i].match) sp[k++] = sp[i];
@@ -195,7 +196,10 @@ static stof_status emit_splits(tok_work *w, const char *s)
 
 /* ------------------------------------------------------------------ character classes */
 
-static bool is_ws(uint32_t cp) { return tok_is_whitespace(cp); }
+static bool is_ws(uint32_t cp)
+{
+    return tok_is_whitespace(cp);
+}
 
 static bool is_numeric(uint32_t cp)
 {
@@ -203,7 +207,10 @@ static bool is_numeric(uint32_t cp)
     return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO;
 }
 
-static bool is_punct(uint32_t cp) { return (stof_uni_flags(cp) & STOF_UNI_PUNCT) != 0; }
+static bool is_punct(uint32_t cp)
+{
+    return (stof_uni_flags(cp) & STOF_UNI_PUNCT) != 0;
+}
 
 /* ------------------------------------------------------------------ byte level */
 
@@ -268,8 +275,7 @@ static stof_status byte_level(const tok_pre *pre, tok_work *w, const char *s, si
         st = tok_regex_find_all(w, &pre->pat, s, n, &w->matches);
         if (st == STOF_OK) st = splits_from_matches(w, &w->matches, n);
         for (size_t i = 0; st == STOF_OK && i < w->splits_n; i++)
-            st = emit_byte_level(w, s + w->splits[i].start,
-                                 w->splits[i].end - w->splits[i].start);
+            st = emit_byte_level(w, s + w->splits[i].start, w->splits[i].end - w->splits[i].start);
     }
     free(pref);
     return st;
@@ -277,8 +283,7 @@ static stof_status byte_level(const tok_pre *pre, tok_work *w, const char *s, si
 
 /* ------------------------------------------------------------------ metaspace */
 
-static stof_status metaspace(const tok_pre *pre, tok_work *w, const char *s, size_t n,
-                             bool first)
+static stof_status metaspace(const tok_pre *pre, tok_work *w, const char *s, size_t n, bool first)
 {
     /* Replace spaces, prepend when asked. */
     tok_buf *b = &w->meta;
@@ -286,7 +291,8 @@ static stof_status metaspace(const tok_pre *pre, tok_work *w, const char *s, siz
     const char *rep = pre->replacement;
     size_t rl = pre->replacement_len;
     bool starts = n >= rl && memcmp(s, rep, rl) == 0;
-    bool prepend = pre->prepend == TOK_PREPEND_ALWAYS || (pre->prepend == TOK_PREPEND_FIRST && first);
+    bool prepend =
+        pre->prepend == TOK_PREPEND_ALWAYS || (pre->prepend == TOK_PREPEND_FIRST && first);
     if (prepend && !(starts || (n > 0 && s[0] == ' '))) STOF_TRY(tok_buf_put(b, rep, rl));
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
@@ -320,10 +326,8 @@ static stof_status metaspace(const tok_pre *pre, tok_work *w, const char *s, siz
 static stof_status pre_one(const tok_pre *pre, tok_work *w, const char *s, size_t n, bool first)
 {
     switch (pre->kind) {
-    case TOK_PRE_BYTE_LEVEL:
-        return byte_level(pre, w, s, n);
-    case TOK_PRE_METASPACE:
-        return metaspace(pre, w, s, n, first);
+    case TOK_PRE_BYTE_LEVEL: return byte_level(pre, w, s, n);
+    case TOK_PRE_METASPACE: return metaspace(pre, w, s, n, first);
     case TOK_PRE_SPLIT:
     case TOK_PRE_WHITESPACE:
         STOF_TRY(tok_regex_find_all(w, &pre->pat, s, n, &w->matches));

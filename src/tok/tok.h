@@ -26,14 +26,14 @@ extern "C" {
 #endif
 
 /* Bounds that turn a hostile tokenizer.json into STOF_ERR_FORMAT before it costs much. */
-#define TOK_MAX_COMPONENTS 64      /* normalizers, pre-tokenizers or decoders, flattened */
-#define TOK_MAX_NESTING 8          /* Sequence inside Sequence */
-#define TOK_MAX_TOKEN_BYTES 4096   /* one vocabulary entry */
-#define TOK_MAX_ENTRIES (1 << 24)  /* vocabulary entries or merges */
+#define TOK_MAX_COMPONENTS 64     /* normalizers, pre-tokenizers or decoders, flattened */
+#define TOK_MAX_NESTING 8         /* Sequence inside Sequence */
+#define TOK_MAX_TOKEN_BYTES 4096  /* one vocabulary entry */
+#define TOK_MAX_ENTRIES (1 << 24) /* vocabulary entries or merges */
 #define TOK_MAX_ADDED_TOKENS 65536
-#define TOK_MAX_TEMPLATE 64        /* pieces of a post-processor template */
+#define TOK_MAX_TEMPLATE 64 /* pieces of a post-processor template */
 #define TOK_REGEX_MATCH_LIMIT 10000000u
-#define TOK_POOL 16                /* idle work spaces a tokenizer keeps */
+#define TOK_POOL 16 /* idle work spaces a tokenizer keeps */
 
 /* ------------------------------------------------------------------ small containers */
 
@@ -53,19 +53,19 @@ stof_status tok_ids_put(tok_ids *v, int32_t id);
 /* String -> id, built once. Entries are copied into one arena. */
 typedef struct tok_vocab {
     char *arena;
-    size_t *off;      /* [n] */
-    uint32_t *len;    /* [n] */
-    int32_t *slots;   /* open addressing, -1 empty */
-    size_t mask;      /* slots - 1 */
-    int32_t n;        /* ids 0..n-1; holes (ids never given) have len 0 and are not found */
-    bool *present;    /* [n] */
+    size_t *off;    /* [n] */
+    uint32_t *len;  /* [n] */
+    int32_t *slots; /* open addressing, -1 empty */
+    size_t mask;    /* slots - 1 */
+    int32_t n;      /* ids 0..n-1; holes (ids never given) have len 0 and are not found */
+    bool *present;  /* [n] */
 } tok_vocab;
 
 /* Entry i maps strs[i] (lens[i] bytes) to ids[i] (ids NULL: i). A string given twice
  * maps to its last id, as the library's maps do; an id given twice keeps its first
  * string for decoding. */
-stof_status tok_vocab_build(tok_vocab *v, int32_t n, const char *const *strs,
-                            const size_t *lens, const int32_t *ids, const char *file);
+stof_status tok_vocab_build(tok_vocab *v, int32_t n, const char *const *strs, const size_t *lens,
+                            const int32_t *ids, const char *file);
 int32_t tok_vocab_find(const tok_vocab *v, const char *s, size_t len);
 void tok_vocab_free(tok_vocab *v);
 static inline const char *tok_vocab_str(const tok_vocab *v, int32_t id, size_t *len)
@@ -92,8 +92,15 @@ const tok_merge *tok_merges_find(const tok_merges *m, int32_t a, int32_t b);
 /* ------------------------------------------------------------------ components */
 
 typedef enum tok_norm_kind {
-    TOK_NORM_NFC, TOK_NORM_NFD, TOK_NORM_NFKC, TOK_NORM_NFKD, TOK_NORM_LOWERCASE,
-    TOK_NORM_STRIP_ACCENTS, TOK_NORM_REPLACE, TOK_NORM_PREPEND, TOK_NORM_STRIP,
+    TOK_NORM_NFC,
+    TOK_NORM_NFD,
+    TOK_NORM_NFKC,
+    TOK_NORM_NFKD,
+    TOK_NORM_LOWERCASE,
+    TOK_NORM_STRIP_ACCENTS,
+    TOK_NORM_REPLACE,
+    TOK_NORM_PREPEND,
+    TOK_NORM_STRIP,
     TOK_NORM_PRECOMPILED,
 } tok_norm_kind;
 
@@ -104,22 +111,31 @@ typedef struct tok_pattern {
 
 typedef struct tok_norm {
     tok_norm_kind kind;
-    tok_pattern pat;   /* Replace */
-    char *text;        /* Replace content, Prepend prefix, Precompiled's replacements */
+    tok_pattern pat; /* Replace */
+    char *text;      /* Replace content, Prepend prefix, Precompiled's replacements */
     size_t text_len;
-    bool left, right;  /* Strip */
-    uint32_t *trie;    /* Precompiled: SentencePiece's double-array trie (darts-clone) */
+    bool left, right; /* Strip */
+    uint32_t *trie;   /* Precompiled: SentencePiece's double-array trie (darts-clone) */
     size_t trie_n;
 } tok_norm;
 
 typedef enum tok_split_behavior {
-    TOK_SPLIT_REMOVED, TOK_SPLIT_ISOLATED, TOK_SPLIT_MERGED_PREV, TOK_SPLIT_MERGED_NEXT,
+    TOK_SPLIT_REMOVED,
+    TOK_SPLIT_ISOLATED,
+    TOK_SPLIT_MERGED_PREV,
+    TOK_SPLIT_MERGED_NEXT,
     TOK_SPLIT_CONTIGUOUS,
 } tok_split_behavior;
 
 typedef enum tok_pre_kind {
-    TOK_PRE_BYTE_LEVEL, TOK_PRE_SPLIT, TOK_PRE_METASPACE, TOK_PRE_WHITESPACE,
-    TOK_PRE_WHITESPACE_SPLIT, TOK_PRE_DIGITS, TOK_PRE_PUNCTUATION, TOK_PRE_BERT,
+    TOK_PRE_BYTE_LEVEL,
+    TOK_PRE_SPLIT,
+    TOK_PRE_METASPACE,
+    TOK_PRE_WHITESPACE,
+    TOK_PRE_WHITESPACE_SPLIT,
+    TOK_PRE_DIGITS,
+    TOK_PRE_PUNCTUATION,
+    TOK_PRE_BERT,
 } tok_pre_kind;
 
 typedef enum tok_prepend { TOK_PREPEND_ALWAYS, TOK_PREPEND_FIRST, TOK_PREPEND_NEVER } tok_prepend;
@@ -133,13 +149,19 @@ typedef struct tok_pre {
     bool use_regex;              /* ByteLevel */
     char replacement[8];         /* Metaspace, UTF-8 */
     size_t replacement_len;
-    tok_prepend prepend;         /* Metaspace */
-    bool split;                  /* Metaspace */
+    tok_prepend prepend; /* Metaspace */
+    bool split;          /* Metaspace */
 } tok_pre;
 
 typedef enum tok_dec_kind {
-    TOK_DEC_BYTE_LEVEL, TOK_DEC_METASPACE, TOK_DEC_REPLACE, TOK_DEC_BYTE_FALLBACK,
-    TOK_DEC_FUSE, TOK_DEC_STRIP, TOK_DEC_WORDPIECE, TOK_DEC_BPE_SUFFIX,
+    TOK_DEC_BYTE_LEVEL,
+    TOK_DEC_METASPACE,
+    TOK_DEC_REPLACE,
+    TOK_DEC_BYTE_FALLBACK,
+    TOK_DEC_FUSE,
+    TOK_DEC_STRIP,
+    TOK_DEC_WORDPIECE,
+    TOK_DEC_BPE_SUFFIX,
 } tok_dec_kind;
 
 typedef struct tok_dec {
@@ -194,10 +216,10 @@ typedef struct tok_pipe {
     tok_added *added;
     int n_added;
     bool added_any_normalized;
-    int32_t *added_order;      /* added indices by first byte, longest first */
-    int32_t added_first[257];  /* added_order[added_first[b] .. added_first[b+1]) */
-    int32_t *added_of_id;  /* [n_ids]: index into added, or -1 */
-    int32_t n_ids;         /* one past the largest id, model or added */
+    int32_t *added_order;     /* added indices by first byte, longest first */
+    int32_t added_first[257]; /* added_order[added_first[b] .. added_first[b+1]) */
+    int32_t *added_of_id;     /* [n_ids]: index into added, or -1 */
+    int32_t n_ids;            /* one past the largest id, model or added */
     tok_tpl_item tpl[TOK_MAX_TEMPLATE];
     int n_tpl;
     int n_special_added; /* ids the template adds */
@@ -214,10 +236,10 @@ struct stof_tokenizer {
     tok_wp *wp;     /* TOK_KIND_WORDPIECE */
     tok_pipe *pipe; /* the others */
     int vocab_size;
-    int model_max_length;  /* tokenizer_config.json; 0 when absent or unbounded */
-    int st_max_seq_length; /* sentence_bert_config.json; 0 when absent */
+    int model_max_length;                   /* tokenizer_config.json; 0 when absent or unbounded */
+    int st_max_seq_length;                  /* sentence_bert_config.json; 0 when absent */
     int32_t pad_id, bos_id, eos_id, unk_id; /* -1 when absent */
-    bool pad_left, truncate_left; /* padding_side / truncation_side "left" */
+    bool pad_left, truncate_left;           /* padding_side / truncation_side "left" */
     /* Work spaces of finished calls, reused by the next ones (their buffers and BPE
      * cache stay warm); the only mutable state, behind its lock. */
     pthread_mutex_t pool_lock;
@@ -255,8 +277,8 @@ typedef struct tok_cache tok_cache; /* word -> ids, per thread (bpe.c) */
 
 /* Per-thread encoding state (buffers reused from call to call). */
 struct tok_work {
-    tok_buf text, norm, tmp, words;  /* sanitized input, normalized, scratch, pre-tokens */
-    tok_buf meta;                    /* Metaspace's and the normalizers' scratch */
+    tok_buf text, norm, tmp, words; /* sanitized input, normalized, scratch, pre-tokens */
+    tok_buf meta;                   /* Metaspace's and the normalizers' scratch */
     tok_spans segs, pieces, next, matches;
     tok_ids word_ids, content; /* Unigram's path; the model's ids before the template */
     tok_split *splits;
@@ -267,7 +289,7 @@ struct tok_work {
     tok_bpe_sym *syms;
     tok_bpe_cand *heap;
     size_t syms_cap, heap_cap;
-    double *best;      /* Unigram: best score ending at each byte */
+    double *best; /* Unigram: best score ending at each byte */
     int32_t *best_id, *best_start;
     size_t best_cap;
     tok_cache *cache;
@@ -292,14 +314,12 @@ stof_status tok_pipe_decode(const tok_pipe *p, const int32_t *ids, size_t n, boo
                             bool stream, tok_buf *out, size_t *held);
 
 /* Components, one file each. */
-stof_status tok_normalize(const tok_pipe *p, tok_work *w, const char *s, size_t n,
-                          tok_buf *out);
+stof_status tok_normalize(const tok_pipe *p, tok_work *w, const char *s, size_t n, tok_buf *out);
 /* Pre-tokenizes s into w->words (the pre-tokens' bytes) and w->pieces (their spans in
  * w->words); first: s starts the text (Metaspace's "first"). */
 stof_status tok_pretokenize(const tok_pipe *p, tok_work *w, const char *s, size_t n, bool first);
 stof_status tok_bpe_word(const tok_pipe *p, tok_work *w, const char *s, size_t n, tok_ids *out);
-stof_status tok_unigram_word(const tok_pipe *p, tok_work *w, const char *s, size_t n,
-                             tok_ids *out);
+stof_status tok_unigram_word(const tok_pipe *p, tok_work *w, const char *s, size_t n, tok_ids *out);
 
 stof_status tok_regex_compile(const char *pattern, size_t len, bool literal, const char *file,
                               tok_pattern *out);
@@ -324,8 +344,7 @@ static inline int tok_utf8_len(unsigned char c)
 /* Writes s (n bytes) to out with every maximal invalid subsequence replaced by U+FFFD,
  * as Python's decode(errors="replace") and Rust's from_utf8_lossy do. When keep_tail,
  * an incomplete sequence at the very end is left out and *tail gets its length. */
-stof_status tok_utf8_sanitize(const char *s, size_t n, bool keep_tail, tok_buf *out,
-                              size_t *tail);
+stof_status tok_utf8_sanitize(const char *s, size_t n, bool keep_tail, tok_buf *out, size_t *tail);
 size_t tok_utf8_put(char *dst, uint32_t cp);
 /* Rust's char::is_whitespace (the White_Space property), which the library splits on. */
 bool tok_is_whitespace(uint32_t cp);

@@ -141,7 +141,8 @@ stof_status stof_tokenizer_open(const char *dir, stof_tokenizer **out)
 void stof_tokenizer_destroy(stof_tokenizer *tok)
 {
     if (!tok) return;
-    for (int i = 0; i < tok->n_pool; i++) tok_work_free(tok->pool[i]);
+    for (int i = 0; i < tok->n_pool; i++)
+        tok_work_free(tok->pool[i]);
     pthread_mutex_destroy(&tok->pool_lock);
     tok_wp_destroy(tok->wp);
     tok_pipe_free(tok->pipe);
@@ -227,7 +228,8 @@ static stof_status encode_one(const stof_tokenizer *t, tok_work *w, const char *
     STOF_REQUIRE(want >= 2 && want <= INT_MAX, STOF_ERR_INVALID_ARG,
                  "max_length %d leaves no room for [CLS] and [SEP]", max_len);
     size_t at = out->n;
-    for (int64_t i = 0; i < want; i++) STOF_TRY(tok_ids_put(out, 0));
+    for (int64_t i = 0; i < want; i++)
+        STOF_TRY(tok_ids_put(out, 0));
     int n;
     STOF_TRY(tok_wp_encode(t->wp, text, len, (int)want, out->p + at, (int)want, &n));
     if (!ep->add_special_tokens) {
@@ -251,8 +253,8 @@ stof_status stof_tokenizer_encode(const stof_tokenizer *tok, const char *text, s
     if (st == STOF_OK) {
         *n = out.n;
         if (out.n > cap)
-            st = stof_error(STOF_ERR_INVALID_ARG, "stof_tokenizer_encode: %zu ids do not fit in %zu",
-                            out.n, cap);
+            st = stof_error(STOF_ERR_INVALID_ARG,
+                            "stof_tokenizer_encode: %zu ids do not fit in %zu", out.n, cap);
         else if (out.n)
             memcpy(ids, out.p, out.n * sizeof *ids);
     }
@@ -272,10 +274,10 @@ typedef struct batch_job {
     int next; /* the next unclaimed text, under lock */
     int workers;
     pthread_mutex_t lock;
-    int *owner;        /* [batch] worker that encoded the text */
-    size_t *start;     /* [batch] its first id in that worker's buffer */
-    size_t *count;     /* [batch] */
-    tok_ids *results;  /* [workers] */
+    int *owner;       /* [batch] worker that encoded the text */
+    size_t *start;    /* [batch] its first id in that worker's buffer */
+    size_t *count;    /* [batch] */
+    tok_ids *results; /* [workers] */
     stof_status *status;
 } batch_job;
 
@@ -335,10 +337,10 @@ static stof_status batch_encode(batch_job *j, int threads)
     j->status = calloc((size_t)nt, sizeof *j->status);
     batch_worker *ws = calloc((size_t)nt, sizeof *ws);
     pthread_t *tids = calloc((size_t)nt, sizeof *tids);
-    stof_status st = j->owner && j->start && j->count && j->results && j->status && ws && tids
-                         ? STOF_OK
-                         : stof_error(STOF_ERR_OOM, "out of memory for a batch of %d texts",
-                                      j->batch);
+    stof_status st =
+        j->owner && j->start && j->count && j->results && j->status && ws && tids
+            ? STOF_OK
+            : stof_error(STOF_ERR_OOM, "out of memory for a batch of %d texts", j->batch);
     bool *created = calloc((size_t)nt, sizeof *created);
     if (st == STOF_OK && !created)
         st = stof_error(STOF_ERR_OOM, "out of memory for a batch of %d texts", j->batch);
@@ -353,7 +355,8 @@ static stof_status batch_encode(batch_job *j, int threads)
         for (int i = 1; i < nt; i++)
             if (created[i]) pthread_join(tids[i], NULL);
         pthread_mutex_destroy(&j->lock);
-        for (int i = 0; i < nt && st == STOF_OK; i++) st = j->status[i];
+        for (int i = 0; i < nt && st == STOF_OK; i++)
+            st = j->status[i];
     }
     free(created);
     free(ws);
@@ -365,7 +368,8 @@ static stof_status batch_encode(batch_job *j, int threads)
 static void batch_done(batch_job *j)
 {
     if (j->results)
-        for (int i = 0; i < j->workers; i++) free(j->results[i].p);
+        for (int i = 0; i < j->workers; i++)
+            free(j->results[i].p);
     free(j->owner);
     free(j->start);
     free(j->count);
@@ -385,7 +389,8 @@ stof_status stof_tokenizer_encode_batch(const stof_tokenizer *tok, const char *c
     batch_job j = {.tok = tok, .texts = texts, .lens = lens, .batch = batch, .ep = &ep};
     stof_status st = batch_encode(&j, threads);
     size_t total = 0;
-    for (int i = 0; st == STOF_OK && i < batch; i++) total += j.count[i];
+    for (int i = 0; st == STOF_OK && i < batch; i++)
+        total += j.count[i];
     if (st == STOF_OK) {
         out->ids = malloc((total ? total : 1) * sizeof *out->ids);
         out->offsets = malloc(((size_t)batch + 1) * sizeof *out->offsets);
@@ -447,7 +452,8 @@ stof_status stof_tokenize_batch(const stof_tokenizer *tok, const char *const *te
         int n = (int)(l.offsets[b + 1] - l.offsets[b]);
         int32_t *row = ids + (size_t)b * L;
         int lead = tok->pad_left ? L - n : 0;
-        for (int k = 0; k < L; k++) row[k] = pad;
+        for (int k = 0; k < L; k++)
+            row[k] = pad;
         memcpy(row + lead, l.ids + l.offsets[b], (size_t)n * sizeof *row);
         lengths[b] = n;
     }

@@ -16,7 +16,8 @@ static stof_status ensure(tok_work *w, size_t n)
 {
     if (n <= w->best_cap) return STOF_OK;
     size_t c = w->best_cap ? w->best_cap : 256;
-    while (c < n) c *= 2;
+    while (c < n)
+        c *= 2;
     double *b = realloc(w->best, c * sizeof *b);
     if (b) w->best = b;
     int32_t *id = realloc(w->best_id, c * sizeof *id);
@@ -35,7 +36,8 @@ static stof_status emit_piece(const tok_pipe *p, const char *s, size_t n, int32_
         for (size_t i = 0; i < n; i++)
             if (p->byte_ids[(unsigned char)s[i]] < 0) all = false;
         if (all) {
-            for (size_t i = 0; i < n; i++) STOF_TRY(tok_ids_put(out, p->byte_ids[(unsigned char)s[i]]));
+            for (size_t i = 0; i < n; i++)
+                STOF_TRY(tok_ids_put(out, p->byte_ids[(unsigned char)s[i]]));
             return STOF_OK;
         }
     }
@@ -48,7 +50,8 @@ stof_status tok_unigram_word(const tok_pipe *p, tok_work *w, const char *s, size
     STOF_TRY(ensure(w, n + 1));
     double *best = w->best;
     int32_t *bid = w->best_id, *bstart = w->best_start;
-    for (size_t i = 0; i <= n; i++) bstart[i] = -1;
+    for (size_t i = 0; i <= n; i++)
+        bstart[i] = -1;
     best[0] = 0;
     bstart[0] = 0;
     for (size_t at = 0; at < n;) {

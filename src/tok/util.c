@@ -11,7 +11,8 @@ static stof_status grow(void **p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return STOF_OK;
     size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
+    while (c < need)
+        c *= 2;
     void *q = realloc(*p, c * elem);
     STOF_REQUIRE(q, STOF_ERR_OOM, "out of memory (%zu bytes) in the tokenizer", c * elem);
     *p = q;
@@ -47,19 +48,21 @@ stof_status tok_spans_put(tok_spans *v, size_t start, size_t end)
 static uint64_t hash_bytes(const char *s, size_t n)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
     return h ^ (h >> 29);
 }
 
 static size_t table_size(size_t n)
 {
     size_t s = 16;
-    while (s < 2 * n) s *= 2;
+    while (s < 2 * n)
+        s *= 2;
     return s;
 }
 
-stof_status tok_vocab_build(tok_vocab *v, int32_t n, const char *const *strs,
-                            const size_t *lens, const int32_t *ids, const char *file)
+stof_status tok_vocab_build(tok_vocab *v, int32_t n, const char *const *strs, const size_t *lens,
+                            const int32_t *ids, const char *file)
 {
     memset(v, 0, sizeof *v);
     int32_t max_id = -1;
@@ -104,8 +107,7 @@ stof_status tok_vocab_build(tok_vocab *v, int32_t n, const char *const *strs,
         for (;; h = (h + 1) & v->mask) {
             int32_t e = v->slots[h];
             if (e < 0) break;
-            if (v->len[e] == lens[i] && memcmp(v->arena + v->off[e], strs[i], lens[i]) == 0)
-                break;
+            if (v->len[e] == lens[i] && memcmp(v->arena + v->off[e], strs[i], lens[i]) == 0) break;
         }
         v->slots[h] = id; /* a string given twice: the last id wins */
     }
@@ -236,7 +238,8 @@ static size_t valid_seq(const unsigned char *s, size_t n, size_t *prefix)
     if (c < 0x80) return 1;
     int need;
     unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1;
     else if (c >= 0xE0 && c <= 0xEF) {
         need = 2;
         if (c == 0xE0) lo = 0xA0;
@@ -259,8 +262,7 @@ static size_t valid_seq(const unsigned char *s, size_t n, size_t *prefix)
     return 0;
 }
 
-stof_status tok_utf8_sanitize(const char *str, size_t n, bool keep_tail, tok_buf *out,
-                              size_t *tail)
+stof_status tok_utf8_sanitize(const char *str, size_t n, bool keep_tail, tok_buf *out, size_t *tail)
 {
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0, run = 0;
