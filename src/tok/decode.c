@@ -247,9 +247,14 @@ stof_status tok_pipe_decode(const tok_pipe *p, const int32_t *ids, size_t n, boo
         const char *s;
         size_t len = 0;
         if (a >= 0) {
-            if (skip_special && p->added[a].special) continue;
-            s = p->added[a].content;
-            len = p->added[a].len;
+            /* The library names a normalized added token by its normalized form, and
+             * tells special tokens by name: one whose name normalization changed is not
+             * recognised as special, and stays. */
+            const tok_added *t = &p->added[a];
+            bool renamed = t->match_len != t->len || memcmp(t->match, t->content, t->len) != 0;
+            if (skip_special && t->special && !renamed) continue;
+            s = t->match;
+            len = t->match_len;
         } else if (!(s = tok_vocab_str(&p->vocab, id, &len))) {
             continue;
         }

@@ -92,9 +92,10 @@ static bool next_added(const tok_pipe *p, const char *s, size_t n, size_t from, 
         int32_t lo = p->added_first[c], hi = p->added_first[c + 1];
         for (int32_t k = lo; k < hi; k++) {
             const tok_added *a = &p->added[p->added_order[k]];
-            if (a->normalized != norm || a->len > n - i || memcmp(s + i, a->content, a->len) != 0)
+            if (a->normalized != norm || a->match_len > n - i ||
+                memcmp(s + i, a->match, a->match_len) != 0)
                 continue;
-            size_t end = i + a->len;
+            size_t end = i + a->match_len;
             if (a->single_word) { /* the longest match is the only one tried, as in the library */
                 size_t q = end;
                 if ((i > 0 && is_word_char(cp_before(s, i))) ||

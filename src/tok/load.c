@@ -314,10 +314,32 @@ static stof_status load_added(tok_loader *L, const cJSON *list)
         a->lstrip = lstrip;
         a->rstrip = rstrip;
         a->single_word = single;
-        a->normalized = normalized && !special;
+        a->normalized = normalized; /* special or not: the library splits by this flag */
+        a->match = a->content;
+        a->match_len = a->len;
         if (a->normalized) p->added_any_normalized = true;
     }
     return STOF_OK;
+}
+
+/* A normalized added token is looked for in normalized text as the normalizer writes
+ * it (lower-cased under Lowercase, say), as the library builds its matcher. */
+static stof_status normalize_added(tok_pipe *p)
+{
+    if (!p->added_any_normalized || p->n_norms == 0) return STOF_OK;
+    tok_work *w;
+    STOF_TRY(tok_work_new(p, &w));
+    tok_buf out = {0};
+    stof_status st = STOF_OK;
+    for (int i = 0; st == STOF_OK && i < p->n_added; i++) {
+        tok_added *a = &p->added[i];
+        if (!a->normalized) continue;
+        st = tok_normalize(p, w, a->content, a->len, &out);
+        if (st == STOF_OK) st = tok_load_dup(out.p ? out.p : "", out.n, &a->match, &a->match_len);
+    }
+    free(out.p);
+    tok_work_free(w);
+    return st;
 }
 
 static stof_status index_ids(tok_pipe *p)
@@ -337,16 +359,17 @@ static stof_status index_ids(tok_pipe *p)
     STOF_REQUIRE(p->added_order, STOF_ERR_OOM, "out of memory indexing added tokens");
     memset(p->added_first, 0, sizeof p->added_first);
     for (int i = 0; i < p->n_added; i++)
-        if (p->added[i].len) p->added_first[(unsigned char)p->added[i].content[0] + 1]++;
+        if (p->added[i].match_len) p->added_first[(unsigned char)p->added[i].match[0] + 1]++;
     for (int b = 0; b < 256; b++)
         p->added_first[b + 1] += p->added_first[b];
     int32_t fill[256];
     memcpy(fill, p->added_first, sizeof fill);
     for (int i = 0; i < p->n_added; i++) {
-        if (!p->added[i].len) continue;
-        int b = (unsigned char)p->added[i].content[0];
+        if (!p->added[i].match_len) continue;
+        int b = (unsigned char)p->added[i].match[0];
         int32_t at = fill[b]++;
-        while (at > p->added_first[b] && p->added[p->added_order[at - 1]].len < p->added[i].len) {
+        while (at > p->added_first[b] &&
+               p->added[p->added_order[at - 1]].match_len < p->added[i].match_len) {
             p->added_order[at] = p->added_order[at - 1];
             at--;
         }
@@ -380,6 +403,7 @@ stof_status tok_pipe_load(tok_pipe *p, const void *json, const char *file)
         p->has_decoder = true;
         STOF_TRY(tok_load_decoder(&L, c, 0));
     }
+    STOF_TRY(normalize_added(p));
     return index_ids(p);
 }
 
@@ -402,8 +426,10 @@ void tok_pipe_free(tok_pipe *p)
         free(p->decs[i].from);
         free(p->decs[i].to);
     }
-    for (int i = 0; i < p->n_added; i++)
+    for (int i = 0; i < p->n_added; i++) {
+        if (p->added[i].match != p->added[i].content) free(p->added[i].match);
         free(p->added[i].content);
+    }
     free(p->added);
     free(p->added_of_id);
     free(p->added_order);

@@ -176,8 +176,10 @@ typedef struct tok_dec {
 } tok_dec;
 
 typedef struct tok_added {
-    char *content;
+    char *content; /* what decoding gives */
     size_t len;
+    char *match; /* what encoding looks for: content, normalized when the token is */
+    size_t match_len;
     int32_t id;
     bool special, lstrip, rstrip, single_word, normalized;
 } tok_added;

@@ -68,3 +68,31 @@ def test_padded_batch_and_errors():
     assert e.value.status_name == "STOF_ERR_IO"
     with pytest.raises(TypeError):
         tok.encode(b"bytes")
+
+
+def test_added_token_flags(tmp_path):
+    """normalized (matched after the normalizer, in its output's form), single_word,
+    lstrip / rstrip, and a special token whose name the normalizer changes (the library
+    then no longer skips it when decoding)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, trainers
+    hf = tokenizers.Tokenizer(models.BPE())
+    hf.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    hf.train_from_iterator(["Hello world the quick brown fox", "ＡＢＣ abc ABC"] * 50, trainer)
+    hf.add_tokens([AddedToken("HeLLo", normalized=True), AddedToken("Fox", normalized=False, single_word=True),
+                   AddedToken("<mark>", normalized=True, lstrip=True, rstrip=True)])
+    hf.add_special_tokens([AddedToken("[SPEC]", normalized=True, special=True),
+                           AddedToken("<eos>", normalized=False, special=True)])
+    hf.save(str(tmp_path / "tokenizer.json"))
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    tok = stof.Tokenizer(str(tmp_path))
+    for text in ["hello HELLO HeLLo", "Fox fox Foxes aFox Fox_", "x <mark> y  <MARK>  z", "[spec] [SPEC] ＨＥＬＬＯ",
+                 "ＡＢＣ hello<eos>", " <mark>", "Fox", "a<eos> <eos>b", ""]:
+        ids = hf.encode(text).ids
+        assert tok.encode(text) == ids, text
+        assert tok.decode(ids) == hf.decode(ids), text
+        assert tok.decode(ids, skip_special_tokens=False) == hf.decode(ids, skip_special_tokens=False)
