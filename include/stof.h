@@ -401,31 +401,37 @@ STOF_API stof_status stof_model_tune(stof_model *model, const stof_tune_params *
 
 /* ---------------------------------------------------------------- tokenizer */
 
-/* The WordPiece tokenizer of a model folder (BERT uncased), giving the ids of
- * Hugging Face's BertTokenizerFast: [CLS] tokens [SEP]. Invalid UTF-8 is not an
- * error: it reads as Python's decode(errors="replace") and the replacement
- * characters are then dropped by clean-up. A loaded tokenizer is immutable and
+/* The tokenizer of a model folder, any family (see stof_tokenizer_model below): the
+ * ids of Hugging Face's tokenizers, e.g. [CLS] tokens [SEP] for BERT. Invalid UTF-8
+ * is not an error: it reads as Python's decode(errors="replace"). A loaded tokenizer
  * may be used from several threads at once. */
 typedef struct stof_tokenizer stof_tokenizer;
 
 /* Loads the tokenizer where sentence-transformers does: the folder of the
  * Transformer module (modules.json's path, 0_Transformer in older layouts),
- * else dir itself; vocab.txt, or tokenizer.json when that is absent. A missing
- * folder or vocabulary gives STOF_ERR_IO naming the path. */
+ * else dir itself; tokenizer.json (its model type picks WordPiece, BPE or
+ * Unigram), or BERT's vocab.txt. tokenizer_config.json gives model_max_length,
+ * padding_side, truncation_side and the pad/bos/eos/unk tokens; tokenizer.json's
+ * own truncation and padding sections are ignored, as transformers ignores them.
+ * A missing folder or vocabulary gives STOF_ERR_IO naming the path, a malformed
+ * file STOF_ERR_FORMAT (STOF_ERR_PARSE when it is not JSON), a component stof
+ * does not implement STOF_ERR_UNSUPPORTED naming it. */
 STOF_API stof_status stof_tokenizer_open(const char *dir, stof_tokenizer **out);
 STOF_API void stof_tokenizer_destroy(stof_tokenizer *tok);
 
-/* The length sentence-transformers truncates at, [CLS] and [SEP] included:
+/* The length sentence-transformers truncates at, special tokens included:
  * sentence_bert_config.json's max_seq_length when present, else
- * tokenizer_config.json's model_max_length (512 when absent); at most
- * max_positions when that is > 0. Returns 0 for a NULL tokenizer. */
+ * tokenizer_config.json's model_max_length (for WordPiece 512 when absent; for
+ * the others none, then max_positions); at most max_positions when that is > 0.
+ * Returns 0 for a NULL tokenizer or no bound at all. */
 STOF_API int stof_tokenizer_max_length(const stof_tokenizer *tok, int max_positions);
 
-/* Tokenizes texts[0..batch) (lens NULL: NUL-terminated texts), each truncated
- * to max_len ids (>= 2), into a padded batch written compactly as I32 [batch, L]
- * row-major, L = the longest sequence (returned in *seq_len): [PAD] after each
- * sequence, lengths[b] = ids of sequence b. ids holds ids_cap entries;
- * batch * max_len always suffices. */
+/* Tokenizes texts[0..batch) (lens NULL: NUL-terminated texts), special tokens
+ * added, each truncated to max_len ids (>= 2), into a padded batch written
+ * compactly as I32 [batch, L] row-major, L = the longest sequence (returned in
+ * *seq_len): the pad token (tokenizer_config.json's, else 0) fills each row after
+ * the sequence (before it when padding_side is "left"), lengths[b] = ids of
+ * sequence b. ids holds ids_cap entries; batch * max_len always suffices. */
 STOF_API stof_status stof_tokenize_batch(const stof_tokenizer *tok, const char *const *texts,
                                          const size_t *lens, int batch, int max_len,
                                          int32_t *ids, size_t ids_cap, int32_t *lengths,
