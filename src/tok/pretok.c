@@ -219,15 +219,20 @@ static bool is_punct(uint32_t cp)
 static char byte_chars[256][3];
 static unsigned char byte_char_len[256];
 
-static void byte_map_init(void)
+static void byte_map_build(void)
 {
-    if (byte_char_len['!']) return; /* benign race: every thread writes the same bytes */
     uint32_t next = 256;
     for (int b = 0; b < 256; b++) {
         bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
         uint32_t cp = keep ? (uint32_t)b : next++;
         byte_char_len[b] = (unsigned char)tok_utf8_put(byte_chars[b], cp);
     }
+}
+
+static void byte_map_init(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, byte_map_build);
 }
 
 int tok_byte_of_char(uint32_t cp)
