@@ -89,6 +89,27 @@ static stof_status get_prepend(const tok_loader *L, const cJSON *obj, tok_prepen
     return STOF_OK;
 }
 
+/* The head every component shares: c must be an object with a type; a Sequence is
+ * flattened, each member read by load one level deeper (*done then says so). */
+typedef stof_status (*component_loader)(tok_loader *L, const cJSON *c, int depth);
+
+static stof_status component_head(tok_loader *L, const cJSON *c, const char *what,
+                                  const char *members, int depth, component_loader load,
+                                  const char **type, bool *done)
+{
+    *type = tok_load_type(c);
+    *done = false;
+    STOF_REQUIRE(cJSON_IsObject(c) && *type, STOF_ERR_FORMAT, "%s: %s without a type", L->file,
+                 what);
+    if (strcmp(*type, "Sequence") != 0) return STOF_OK;
+    const cJSON *m = NULL;
+    STOF_TRY(tok_load_members(L, c, members, depth, &m));
+    for (const cJSON *e = m->child; e; e = e->next)
+        STOF_TRY(load(L, e, depth + 1));
+    *done = true;
+    return STOF_OK;
+}
+
 /* ------------------------------------------------------------------ normalizers */
 
 static int base64_value(unsigned char c)
@@ -173,16 +194,11 @@ static stof_status load_precompiled(const tok_loader *L, const cJSON *c, tok_nor
 stof_status tok_load_normalizer(tok_loader *L, const cJSON *c, int depth)
 {
     tok_pipe *p = L->p;
-    const char *t = tok_load_type(c);
-    STOF_REQUIRE(cJSON_IsObject(c) && t, STOF_ERR_FORMAT, "%s: a normalizer without a type",
-                 L->file);
-    if (strcmp(t, "Sequence") == 0) {
-        const cJSON *m = NULL;
-        STOF_TRY(tok_load_members(L, c, "normalizers", depth, &m));
-        for (const cJSON *e = m->child; e; e = e->next)
-            STOF_TRY(tok_load_normalizer(L, e, depth + 1));
-        return STOF_OK;
-    }
+    const char *t;
+    bool done;
+    STOF_TRY(
+        component_head(L, c, "a normalizer", "normalizers", depth, tok_load_normalizer, &t, &done));
+    if (done) return STOF_OK;
     STOF_REQUIRE(p->n_norms < TOK_MAX_COMPONENTS, STOF_ERR_FORMAT, "%s: more than %d normalizers",
                  L->file, TOK_MAX_COMPONENTS);
     tok_norm *n = &p->norms[p->n_norms];
@@ -241,16 +257,11 @@ stof_status tok_load_normalizer(tok_loader *L, const cJSON *c, int depth)
 stof_status tok_load_pretokenizer(tok_loader *L, const cJSON *c, int depth)
 {
     tok_pipe *p = L->p;
-    const char *t = tok_load_type(c);
-    STOF_REQUIRE(cJSON_IsObject(c) && t, STOF_ERR_FORMAT, "%s: a pre-tokenizer without a type",
-                 L->file);
-    if (strcmp(t, "Sequence") == 0) {
-        const cJSON *m = NULL;
-        STOF_TRY(tok_load_members(L, c, "pretokenizers", depth, &m));
-        for (const cJSON *e = m->child; e; e = e->next)
-            STOF_TRY(tok_load_pretokenizer(L, e, depth + 1));
-        return STOF_OK;
-    }
+    const char *t;
+    bool done;
+    STOF_TRY(component_head(L, c, "a pre-tokenizer", "pretokenizers", depth, tok_load_pretokenizer,
+                            &t, &done));
+    if (done) return STOF_OK;
     STOF_REQUIRE(p->n_pres < TOK_MAX_COMPONENTS, STOF_ERR_FORMAT, "%s: more than %d pre-tokenizers",
                  L->file, TOK_MAX_COMPONENTS);
     tok_pre *r = &p->pres[p->n_pres];
@@ -319,15 +330,10 @@ stof_status tok_load_pretokenizer(tok_loader *L, const cJSON *c, int depth)
 stof_status tok_load_decoder(tok_loader *L, const cJSON *c, int depth)
 {
     tok_pipe *p = L->p;
-    const char *t = tok_load_type(c);
-    STOF_REQUIRE(cJSON_IsObject(c) && t, STOF_ERR_FORMAT, "%s: a decoder without a type", L->file);
-    if (strcmp(t, "Sequence") == 0) {
-        const cJSON *m = NULL;
-        STOF_TRY(tok_load_members(L, c, "decoders", depth, &m));
-        for (const cJSON *e = m->child; e; e = e->next)
-            STOF_TRY(tok_load_decoder(L, e, depth + 1));
-        return STOF_OK;
-    }
+    const char *t;
+    bool done;
+    STOF_TRY(component_head(L, c, "a decoder", "decoders", depth, tok_load_decoder, &t, &done));
+    if (done) return STOF_OK;
     STOF_REQUIRE(p->n_decs < TOK_MAX_COMPONENTS, STOF_ERR_FORMAT, "%s: more than %d decoders",
                  L->file, TOK_MAX_COMPONENTS);
     tok_dec *d = &p->decs[p->n_decs];
