@@ -168,6 +168,14 @@ static void test_components(void)
                 "{\"type\": \"Replace\", \"pattern\": "
                 "{\"String\": \"a\"}}",
                 n, n, n, "[]", STOF_ERR_FORMAT);
+    expect_part("Replace content not UTF-8 (raw bytes)",
+                "{\"type\": \"Replace\", "
+                "\"pattern\": {\"String\": \"a\"}, \"content\": \"\xff\"}",
+                n, n, n, "[]", STOF_ERR_FORMAT);
+    expect_part("added token not UTF-8", n, n, n, n, "[{\"id\": 4, \"content\": \"x\xc3\"}]",
+                STOF_ERR_FORMAT);
+    expect_model("Unigram without unk_id loads",
+                 "{\"type\": \"Unigram\", \"vocab\": [[\"a\", -1.0]]}", STOF_OK);
     expect_part("Metaspace of two characters", n,
                 "{\"type\": \"Metaspace\", \"replacement\": "
                 "\"ab\"}",
@@ -257,6 +265,26 @@ static void test_hostile_charsmap(void)
     stof_tokenizer_destroy(tok);
 }
 
+/* A Unigram model without unk_id cannot tokenize what its vocabulary lacks: a named
+ * error, not an id of -1. */
+static void test_unigram_without_unk(void)
+{
+    char *j = tokenizer_json("{\"type\": \"Unigram\", \"vocab\": [[\"a\", -1.0]]}", "null", "null",
+                             "null", "null", "[]");
+    write_file("tokenizer.json", j);
+    free(j);
+    stof_tokenizer *tok = NULL;
+    CHECK_OK(stof_tokenizer_open(dir, &tok));
+    if (!tok) return;
+    int32_t ids[8];
+    size_t n;
+    CHECK_OK(stof_tokenizer_encode(tok, "aa", 2, NULL, ids, 8, &n));
+    CHECK(n == 2 && ids[0] == 0 && ids[1] == 0, "aa: %zu ids", n);
+    CHECK(stof_tokenizer_encode(tok, "ab", 2, NULL, ids, 8, &n) == STOF_ERR_FORMAT,
+          "a piece outside a Unigram vocabulary without unk_id");
+    stof_tokenizer_destroy(tok);
+}
+
 static void test_call_errors(void)
 {
     char *j = tokenizer_json(GOOD_MODEL, "null", "null", "null", "null", "[]");
@@ -294,6 +322,7 @@ int main(void)
     test_components();
     test_hostile_regex();
     test_hostile_charsmap();
+    test_unigram_without_unk();
     test_call_errors();
     char path[512];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);

@@ -20,8 +20,21 @@ const char *tok_load_type(const cJSON *c)
     return cJSON_IsString(t) ? t->valuestring : NULL;
 }
 
+bool tok_load_utf8_ok(const char *s, size_t n)
+{
+    tok_buf check = {0};
+    bool ok = tok_utf8_sanitize(s, n, false, &check, NULL) == STOF_OK && check.n == n;
+    free(check.p);
+    return ok;
+}
+
 stof_status tok_load_dup(const char *s, size_t n, char **out, size_t *out_len)
 {
+    *out = NULL;
+    /* Text that joins the text being tokenized must be UTF-8, as the regexes assume it
+     * is (a "\ud800" escape in the file would give invalid bytes). */
+    STOF_REQUIRE(tok_load_utf8_ok(s, n), STOF_ERR_FORMAT,
+                 "tokenizer.json: a string is not valid UTF-8 (\"%.40s\")", s);
     *out = malloc(n + 1);
     STOF_REQUIRE(*out, STOF_ERR_OOM, "out of memory reading tokenizer.json");
     memcpy(*out, s, n);

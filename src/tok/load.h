@@ -16,7 +16,10 @@ typedef struct tok_loader {
 
 /* c's "type" string, or NULL. */
 const char *tok_load_type(const cJSON *c);
-/* A NUL-terminated copy of s[0..n) into *out (and its length into *out_len if given). */
+/* Whether s[0..n) is valid UTF-8. */
+bool tok_load_utf8_ok(const char *s, size_t n);
+/* A NUL-terminated copy of s[0..n) into *out (and its length into *out_len if given);
+ * STOF_ERR_FORMAT when s is not valid UTF-8. */
 stof_status tok_load_dup(const char *s, size_t n, char **out, size_t *out_len);
 /* obj[key], which must be a string (what names obj in the message). */
 stof_status tok_load_string(const tok_loader *L, const cJSON *obj, const char *key,

@@ -60,7 +60,8 @@ static stof_status get_replacement(const tok_loader *L, const cJSON *obj, char *
     STOF_TRY(io_json_string(obj, "replacement", false, &r, L->file));
     if (!r) r = "\xE2\x96\x81";
     size_t n = strlen(r);
-    STOF_REQUIRE(n >= 1 && n <= 4 && (size_t)tok_utf8_len((unsigned char)r[0]) == n,
+    STOF_REQUIRE(n >= 1 && n <= 4 && (size_t)tok_utf8_len((unsigned char)r[0]) == n &&
+                     tok_load_utf8_ok(r, n),
                  STOF_ERR_FORMAT, "%s: Metaspace replacement must be one character", L->file);
     memcpy(dst, r, n);
     *len = n;

@@ -80,6 +80,9 @@ stof_status tok_unigram_word(const tok_pipe *p, tok_work *w, const char *s, size
         }
         if (!single) {
             size_t end = at + clen;
+            STOF_REQUIRE(p->unk_id >= 0, STOF_ERR_FORMAT,
+                         "the Unigram model has no unk_id and the text has a piece outside its "
+                         "vocabulary");
             double cand = base + p->unk_score;
             if (bstart[end] < 0 || cand > best[end]) {
                 best[end] = cand;
@@ -93,6 +96,7 @@ stof_status tok_unigram_word(const tok_pipe *p, tok_work *w, const char *s, size
     tok_ids *path = &w->word_ids;
     path->n = 0;
     for (size_t end = n; end > 0;) {
+        STOF_REQUIRE(bstart[end] >= 0, STOF_ERR_INTERNAL, "Unigram: no path to byte %zu", end);
         size_t start = (size_t)bstart[end];
         int32_t id = bid[end];
         if (id == p->unk_id && id >= 0 && path->n >= 3 && path->p[path->n - 1] == p->unk_id) {
