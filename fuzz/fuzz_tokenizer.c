@@ -13,7 +13,7 @@
  * The vocabulary folder is $STOF_FUZZ_VOCAB_DIR, else STOF_FUZZ_VOCAB_DIR as compiled
  * in, else tests/data/tokens_golden_vocab under the working folder.
  */
-#include "model/tokenizer.h"
+#include "tok/wordpiece.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -29,7 +29,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 enum { N_TOKENIZERS = 3 };
-static stof_tokenizer *tokenizers[N_TOKENIZERS];
+static tok_wp *tokenizers[N_TOKENIZERS];
 static char variant_dirs[N_TOKENIZERS][4096];
 
 #define REQUIRE(cond, ...)                                                                         \
@@ -86,55 +86,55 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     atexit(remove_variant_dirs);
     const char *dirs[N_TOKENIZERS] = {dir, variant_dirs[1], variant_dirs[2]};
     for (int i = 0; i < N_TOKENIZERS; i++) {
-        stof_status st = stof_tokenizer_load(dirs[i], &tokenizers[i]);
+        stof_status st = tok_wp_load(dirs[i], &tokenizers[i]);
         REQUIRE(st == STOF_OK, "cannot load the vocabulary in %s: %s (set STOF_FUZZ_VOCAB_DIR)",
                 dirs[i], stof_last_error());
     }
     return 0;
 }
 
-static void check_framing(const stof_tokenizer *tok, const int32_t *ids, int n, int max_len)
+static void check_framing(const tok_wp *tok, const int32_t *ids, int n, int max_len)
 {
-    const stof_tokenizer_info *in = stof_tokenizer_get_info(tok);
+    const tok_wp_info *in = tok_wp_get_info(tok);
     REQUIRE(n >= 2 && n <= max_len, "%d ids for max_len %d", n, max_len);
     REQUIRE(ids[0] == in->cls_id && ids[n - 1] == in->sep_id, "not framed by [CLS] [SEP]");
     for (int i = 0; i < n; i++) {
         REQUIRE(ids[i] >= 0 && ids[i] < in->vocab_size, "id %d at %d", ids[i], i);
-        REQUIRE(stof_tokenizer_id_to_token(tok, ids[i]) != NULL, "id %d has no entry", ids[i]);
+        REQUIRE(tok_wp_id_to_token(tok, ids[i]) != NULL, "id %d has no entry", ids[i]);
     }
 }
 
 /* A padded batch of the text split in up to three parts must hold the single encodings. */
-static void check_batch(const stof_tokenizer *tok, const char *text, size_t size, int max_len)
+static void check_batch(const tok_wp *tok, const char *text, size_t size, int max_len)
 {
     const char *texts[3] = {text, text + size / 3, text + 2 * (size / 3)};
     size_t lens[3] = {size / 3, size / 3, size - 2 * (size / 3)};
-    stof_token_batch b;
-    REQUIRE(stof_tokenizer_encode_batch(tok, texts, lens, 3, max_len, &b) == STOF_OK, "%s",
+    tok_wp_batch b;
+    REQUIRE(tok_wp_encode_batch(tok, texts, lens, 3, max_len, &b) == STOF_OK, "%s",
             stof_last_error());
     int32_t *ids = malloc((size_t)max_len * sizeof *ids);
     REQUIRE(ids, "out of memory");
     for (int r = 0; r < 3; r++) {
         int n = 0;
-        REQUIRE(stof_tokenizer_encode(tok, texts[r], lens[r], max_len, ids, max_len, &n) == STOF_OK,
+        REQUIRE(tok_wp_encode(tok, texts[r], lens[r], max_len, ids, max_len, &n) == STOF_OK,
                 "%s", stof_last_error());
         REQUIRE(b.lengths[r] == n && n <= b.seq_len, "row %d: %d vs %d", r, b.lengths[r], n);
         const int32_t *row = b.ids + (size_t)r * b.seq_len;
         const int32_t *mask = b.attention_mask + (size_t)r * b.seq_len;
         for (int j = 0; j < b.seq_len; j++) {
             REQUIRE(j < n ? row[j] == ids[j] && mask[j] == 1
-                          : row[j] == stof_tokenizer_get_info(tok)->pad_id && mask[j] == 0,
+                          : row[j] == tok_wp_get_info(tok)->pad_id && mask[j] == 0,
                     "row %d, position %d", r, j);
         }
     }
     free(ids);
-    stof_token_batch_free(&b);
+    tok_wp_batch_free(&b);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
-    const stof_tokenizer *tok = tokenizers[data[0] % N_TOKENIZERS];
+    const tok_wp *tok = tokenizers[data[0] % N_TOKENIZERS];
     /* max_len from 2 to 65, or the default 512 */
     int opt = data[0] / N_TOKENIZERS;
     int max_len = opt < 64 ? 2 + opt : 512;
@@ -144,19 +144,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int32_t *ids = malloc((size_t)max_len * sizeof *ids);
     REQUIRE(ids, "out of memory");
     int n = 0;
-    REQUIRE(stof_tokenizer_encode(tok, text, size, max_len, ids, max_len, &n) == STOF_OK, "%s",
+    REQUIRE(tok_wp_encode(tok, text, size, max_len, ids, max_len, &n) == STOF_OK, "%s",
             stof_last_error());
     check_framing(tok, ids, n, max_len);
 
     int64_t full = 0;
-    REQUIRE(stof_tokenizer_count(tok, text, size, &full) == STOF_OK, "%s", stof_last_error());
+    REQUIRE(tok_wp_count(tok, text, size, &full) == STOF_OK, "%s", stof_last_error());
     REQUIRE(n < max_len ? full == n : full >= n, "count %lld, encode %d (max_len %d)",
             (long long)full, n, max_len);
     if (full > n && full <= 4096) {
         int32_t *all = malloc((size_t)full * sizeof *all);
         int n_all = 0;
         REQUIRE(all, "out of memory");
-        REQUIRE(stof_tokenizer_encode(tok, text, size, (int)full, all, (int)full, &n_all) ==
+        REQUIRE(tok_wp_encode(tok, text, size, (int)full, all, (int)full, &n_all) ==
                         STOF_OK &&
                     n_all == full,
                 "untruncated encode");

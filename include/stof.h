@@ -453,31 +453,37 @@ STOF_API stof_status stof_model_tune(stof_model *model, const stof_tune_params *
 
 /* ---------------------------------------------------------------- tokenizer */
 
-/* The WordPiece tokenizer of a model folder (BERT uncased), giving the ids of
- * Hugging Face's BertTokenizerFast: [CLS] tokens [SEP]. Invalid UTF-8 is not an
- * error: it reads as Python's decode(errors="replace") and the replacement
- * characters are then dropped by clean-up. A loaded tokenizer is immutable and
+/* The tokenizer of a model folder, any family (see stof_tokenizer_model below): the
+ * ids of Hugging Face's tokenizers, e.g. [CLS] tokens [SEP] for BERT. Invalid UTF-8
+ * is not an error: it reads as Python's decode(errors="replace"). A loaded tokenizer
  * may be used from several threads at once. */
 typedef struct stof_tokenizer stof_tokenizer;
 
 /* Loads the tokenizer where sentence-transformers does: the folder of the
  * Transformer module (modules.json's path, 0_Transformer in older layouts),
- * else dir itself; vocab.txt, or tokenizer.json when that is absent. A missing
- * folder or vocabulary gives STOF_ERR_IO naming the path. */
+ * else dir itself; tokenizer.json (its model type picks WordPiece, BPE or
+ * Unigram), or BERT's vocab.txt. tokenizer_config.json gives model_max_length,
+ * padding_side, truncation_side and the pad/bos/eos/unk tokens; tokenizer.json's
+ * own truncation and padding sections are ignored, as transformers ignores them.
+ * A missing folder or vocabulary gives STOF_ERR_IO naming the path, a malformed
+ * file STOF_ERR_FORMAT (STOF_ERR_PARSE when it is not JSON), a component stof
+ * does not implement STOF_ERR_UNSUPPORTED naming it. */
 STOF_API stof_status stof_tokenizer_open(const char *dir, stof_tokenizer **out);
 STOF_API void stof_tokenizer_destroy(stof_tokenizer *tok);
 
-/* The length sentence-transformers truncates at, [CLS] and [SEP] included:
+/* The length sentence-transformers truncates at, special tokens included:
  * sentence_bert_config.json's max_seq_length when present, else
- * tokenizer_config.json's model_max_length (512 when absent); at most
- * max_positions when that is > 0. Returns 0 for a NULL tokenizer. */
+ * tokenizer_config.json's model_max_length (for WordPiece 512 when absent; for
+ * the others none, then max_positions); at most max_positions when that is > 0.
+ * Returns 0 for a NULL tokenizer or no bound at all. */
 STOF_API int stof_tokenizer_max_length(const stof_tokenizer *tok, int max_positions);
 
-/* Tokenizes texts[0..batch) (lens NULL: NUL-terminated texts), each truncated
- * to max_len ids (>= 2), into a padded batch written compactly as I32 [batch, L]
- * row-major, L = the longest sequence (returned in *seq_len): [PAD] after each
- * sequence, lengths[b] = ids of sequence b. ids holds ids_cap entries;
- * batch * max_len always suffices. */
+/* Tokenizes texts[0..batch) (lens NULL: NUL-terminated texts), special tokens
+ * added, each truncated to max_len ids (>= 2), into a padded batch written
+ * compactly as I32 [batch, L] row-major, L = the longest sequence (returned in
+ * *seq_len): the pad token (tokenizer_config.json's, else 0) fills each row after
+ * the sequence (before it when padding_side is "left"), lengths[b] = ids of
+ * sequence b. ids holds ids_cap entries; batch * max_len always suffices. */
 STOF_API stof_status stof_tokenize_batch(const stof_tokenizer *tok, const char *const *texts,
                                          const size_t *lens, int batch, int max_len,
                                          int32_t *ids, size_t ids_cap, int32_t *lengths,
@@ -505,6 +511,74 @@ STOF_API stof_embed_params stof_embed_default_params(void);
 STOF_API stof_status stof_model_embed(stof_model *model, const stof_tokenizer *tok,
                                       const char *const *texts, const size_t *lens, int64_t n,
                                       const stof_embed_params *params, float *out);
+/* Every family's tokenizer: besides BERT's WordPiece (vocab.txt or tokenizer.json),
+ * the BPE (GPT-2, LLaMA, Mistral, Qwen2, ModernBERT: byte-level or SentencePiece-style
+ * with byte fallback) and Unigram (T5) models of a folder's tokenizer.json, with its
+ * normalizer, pre-tokenizer, post-processor, decoder and added tokens, giving the ids
+ * of Hugging Face's tokenizers library. Invalid UTF-8 reads as Python's
+ * decode(errors="replace") would give it. */
+typedef enum stof_tokenizer_model {
+    STOF_TOKENIZER_WORDPIECE = 1,
+    STOF_TOKENIZER_BPE = 2,
+    STOF_TOKENIZER_UNIGRAM = 3
+} stof_tokenizer_model;
+
+typedef struct stof_tokenizer_info {
+    stof_tokenizer_model model;
+    int vocab_size;  /* one past the largest id, added tokens included */
+    int max_length;  /* as stof_tokenizer_max_length(tok, 0); 0: unbounded */
+    int32_t pad_id, bos_id, eos_id, unk_id; /* tokenizer_config.json's; -1 when absent */
+} stof_tokenizer_info;
+
+STOF_API stof_status stof_tokenizer_get_info(const stof_tokenizer *tok, stof_tokenizer_info *out);
+
+typedef struct stof_encode_params {
+    int add_special_tokens; /* 1 (default): the post-processor's tokens ([CLS] ... [SEP], <s> ...) */
+    int max_length;         /* > 0: truncate to this many ids, special tokens included (cut at
+                               the end, or the start when tokenizer_config.json says
+                               truncation_side "left"); 0 (default): no truncation; -1: the
+                               tokenizer's max length */
+} stof_encode_params;
+
+STOF_API stof_encode_params stof_encode_default_params(void);
+
+/* The ids of text (len bytes, need not be NUL-terminated) into ids[0..cap); *n gets
+ * their number, and STOF_ERR_INVALID_ARG means cap was too small (*n still says how
+ * many). params NULL: the defaults. */
+STOF_API stof_status stof_tokenizer_encode(const stof_tokenizer *tok, const char *text, size_t len,
+                                           const stof_encode_params *params, int32_t *ids,
+                                           size_t cap, size_t *n);
+
+/* Ragged ids of a batch: text i's ids are ids[offsets[i] .. offsets[i+1]). */
+typedef struct stof_token_lists {
+    int batch;
+    int32_t *ids;
+    int64_t *offsets; /* [batch + 1] */
+} stof_token_lists;
+
+/* Encodes texts[0..batch) (lens NULL: NUL-terminated) on `threads` threads (<= 0: one per
+ * core); output in input order, allocated into *out: free with stof_token_lists_free. */
+STOF_API stof_status stof_tokenizer_encode_batch(const stof_tokenizer *tok,
+                                                 const char *const *texts, const size_t *lens,
+                                                 int batch, const stof_encode_params *params,
+                                                 int threads, stof_token_lists *out);
+STOF_API void stof_token_lists_free(stof_token_lists *lists);
+
+typedef struct stof_decode_params {
+    int skip_special_tokens; /* 1 (default): special added tokens give no text */
+    int stream;              /* 0 (default); 1: an incomplete UTF-8 character at the end is held
+                                back (its byte count in *held) instead of becoming U+FFFD, so
+                                a generator can decode the ids so far and print what is final */
+} stof_decode_params;
+
+STOF_API stof_decode_params stof_decode_default_params(void);
+
+/* The text of ids[0..n), NUL-terminated, into text[0..cap); *len gets its byte length
+ * and STOF_ERR_INVALID_ARG means cap < *len + 1. held may be NULL. Ids outside the
+ * vocabulary give nothing, as in the tokenizers library. */
+STOF_API stof_status stof_tokenizer_decode(const stof_tokenizer *tok, const int32_t *ids,
+                                           size_t n, const stof_decode_params *params, char *text,
+                                           size_t cap, size_t *len, size_t *held);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,8 @@ set -euo pipefail
 
 say() { printf 'setup: %s\n' "$*"; }
 
-debs=(cmake ninja-build pkg-config gcc clang libclang-rt-14-dev libopenblas-dev libcjson-dev libmicrohttpd-dev)
+debs=(cmake ninja-build pkg-config gcc clang libclang-rt-14-dev libopenblas-dev libcjson-dev libmicrohttpd-dev
+      libpcre2-dev libutf8proc-dev)
 # A working python3 with pip from elsewhere (pyenv, a venv) is enough.
 python3 -m pip --version >/dev/null 2>&1 || debs+=(python3 python3-pip)
 missing=()

@@ -7,7 +7,7 @@
 stof_add_test(test_model_embed
               SOURCES test_model_embed.c ${CMAKE_SOURCE_DIR}/tools/cmd_embed.c
                       ${CMAKE_SOURCE_DIR}/tools/cli.c
-              PARTS core cpu mask attn fuse tune io model)
+              PARTS core cpu mask attn fuse tune io tok model)
 target_include_directories(test_model_embed PRIVATE ${CMAKE_SOURCE_DIR}/tools)
 target_compile_definitions(test_model_embed PRIVATE
                            STOF_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data"

@@ -100,5 +100,6 @@ int cmd_embed(cli_args *a);
 int cmd_tune(cli_args *a);
 int cmd_score(cli_args *a);
 int cmd_serve(cli_args *a);
+int cmd_tokenize(cli_args *a);
 
 #endif

@@ -22,6 +22,7 @@ static void usage(FILE *f)
             "  score    log-likelihood and perplexity of token id sequences under a decoder\n"
             "  serve    an HTTP embeddings server (OpenAI /v1/embeddings, /embed) batching\n"
             "           concurrent requests\n"
+            "  tokenize text to token ids (or ids to text) with a model folder's tokenizer, as JSON lines\n"
             "  version  print the library version\n"
             "\n"
             "Run 'stof COMMAND --help' for a command's options.\n"
@@ -49,6 +50,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "tune") == 0) return cmd_tune(&a);
     if (strcmp(argv[1], "score") == 0) return cmd_score(&a);
     if (strcmp(argv[1], "serve") == 0) return cmd_serve(&a);
+    if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(&a);
     fprintf(stderr, "stof: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -21,7 +21,8 @@ from ._lib import StofError, library_path
 from ._lib import fn as _fn
 from .attention import KernelChoice, attention, attention_select
 from .mask import CompiledMask, Mask, MaskStats, cache_info, clear_cache
-from .model import Model, Tokenizer
+from .model import Model
+from .tokenizer import Tokenizer
 
 __all__ = ["StofError", "Mask", "CompiledMask", "MaskStats", "KernelChoice", "attention",
            "attention_select", "version", "gpu_count", "clear_cache", "cache_info",

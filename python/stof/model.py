@@ -26,6 +26,7 @@ from . import _arrays, _context, _lib
 from . import mask as _mask_module
 from .attention import _on_device
 from .mask import as_mask
+from .tokenizer import Tokenizer as _FolderTokenizer
 
 
 class _ModelParams(Structure):
@@ -253,7 +254,7 @@ class Model:
         """The folder's Tokenizer, loaded on first use (StofError when the folder has none)."""
         self._check_open()
         if self._tokenizer is None:
-            self._tokenizer = Tokenizer(self.path)
+            self._tokenizer = _FolderTokenizer(self.path)
         return self._tokenizer
 
     @property

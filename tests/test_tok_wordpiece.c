@@ -1,5 +1,5 @@
 /*
- * test_model_tokenizer.c — the WordPiece tokenizer against Hugging Face.
+ * test_tok_wordpiece.c — the WordPiece tokenizer against Hugging Face.
  *
  * The reference is tests/data/tokens_golden.jsonl: ids from transformers'
  * BertTokenizerFast for a few hundred strings (gen_tokens_golden.py), read with the
@@ -9,7 +9,7 @@
  * golden ids: error cases, invalid UTF-8, truncation, batch padding, and a small
  * synthetic tokenizer.json whose expected ids are worked out by hand.
  */
-#include "model/tokenizer.h"
+#include "tok/wordpiece.h"
 #include "testlib.h"
 
 #include <limits.h>
@@ -198,18 +198,18 @@ static const char *excerpt(const golden *g)
     return buf;
 }
 
-static int32_t *encode_alloc(const stof_tokenizer *tok, const char *text, size_t len, int max_len,
+static int32_t *encode_alloc(const tok_wp *tok, const char *text, size_t len, int max_len,
                              int *n)
 {
     int cap = max_len > 0 ? max_len : 512;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    CHECK_OK(stof_tokenizer_encode(tok, text, len, max_len, ids, cap, n));
+    CHECK_OK(tok_wp_encode(tok, text, len, max_len, ids, cap, n));
     return ids;
 }
 
 /* ------------------------------------------------------------------ golden ids */
 
-static void check_goldens(const stof_tokenizer *tok, const char *label)
+static void check_goldens(const tok_wp *tok, const char *label)
 {
     int failed = 0;
     for (int i = 0; i < n_goldens; i++) {
@@ -217,7 +217,7 @@ static void check_goldens(const stof_tokenizer *tok, const char *label)
         int32_t *ids = malloc((size_t)g->max_len * sizeof *ids);
         int n = -1;
         stof_status st =
-            stof_tokenizer_encode(tok, g->text, g->len, g->max_len, ids, g->max_len, &n);
+            tok_wp_encode(tok, g->text, g->len, g->max_len, ids, g->max_len, &n);
         int diff = -1;
         for (int j = 0; st == STOF_OK && j < n && j < g->n && diff < 0; j++)
             if (ids[j] != g->ids[j]) diff = j;
@@ -227,13 +227,13 @@ static void check_goldens(const stof_tokenizer *tok, const char *label)
               "difference at %d: got %d \"%s\", want %d \"%s\"",
               label, i, excerpt(g), g->max_len, stof_status_str(st), n, g->n, diff,
               diff >= 0 ? ids[diff] : -1,
-              diff >= 0 ? stof_tokenizer_id_to_token(tok, ids[diff]) : "",
+              diff >= 0 ? tok_wp_id_to_token(tok, ids[diff]) : "",
               diff >= 0 ? g->ids[diff] : -1,
-              diff >= 0 ? stof_tokenizer_id_to_token(tok, g->ids[diff]) : "");
+              diff >= 0 ? tok_wp_id_to_token(tok, g->ids[diff]) : "");
         failed += !same;
         /* Untruncated count: equal when nothing was cut, larger when the limit was hit. */
         int64_t full = -1;
-        CHECK_OK(stof_tokenizer_count(tok, g->text, g->len, &full));
+        CHECK_OK(tok_wp_count(tok, g->text, g->len, &full));
         CHECK(n < g->max_len ? full == n : full >= n, "%s, golden %d: count %lld, encode %d", label,
               i, (long long)full, n);
         free(ids);
@@ -244,11 +244,11 @@ static void check_goldens(const stof_tokenizer *tok, const char *label)
 
 static void test_golden_committed_vocab(void)
 {
-    stof_tokenizer *tok = NULL;
-    CHECK_OK(stof_tokenizer_load(VOCAB_DIR, &tok));
+    tok_wp *tok = NULL;
+    CHECK_OK(tok_wp_load(VOCAB_DIR, &tok));
     if (!tok) return;
     check_goldens(tok, "committed vocab.txt");
-    stof_tokenizer_destroy(tok);
+    tok_wp_destroy(tok);
 }
 
 /* The model folder itself, and its tokenizer.json alone (the vocabulary then comes from
@@ -263,15 +263,15 @@ static void test_golden_model(void)
                 MODEL_DIR);
         return;
     }
-    stof_tokenizer *tok = NULL;
-    CHECK_OK(stof_tokenizer_load(MODEL_DIR, &tok));
+    tok_wp *tok = NULL;
+    CHECK_OK(tok_wp_load(MODEL_DIR, &tok));
     if (tok) {
-        const stof_tokenizer_info *in = stof_tokenizer_get_info(tok);
+        const tok_wp_info *in = tok_wp_get_info(tok);
         CHECK(in->st_max_seq_length == 256, "sentence_bert_config max_seq_length %d",
               in->st_max_seq_length);
         CHECK(!in->vocab_from_tokenizer_json, "the model folder has vocab.txt");
         check_goldens(tok, "model folder");
-        stof_tokenizer_destroy(tok);
+        tok_wp_destroy(tok);
     }
     char dir[4096];
     make_temp_dir(dir, sizeof dir);
@@ -279,11 +279,11 @@ static void test_golden_model(void)
     snprintf(link_path, sizeof link_path, "%s/tokenizer.json", dir);
     CHECK(symlink(MODEL_DIR "/tokenizer.json", link_path) == 0, "symlink %s", link_path);
     tok = NULL;
-    CHECK_OK(stof_tokenizer_load(dir, &tok));
+    CHECK_OK(tok_wp_load(dir, &tok));
     if (tok) {
-        CHECK(stof_tokenizer_get_info(tok)->vocab_from_tokenizer_json, "vocab from json");
+        CHECK(tok_wp_get_info(tok)->vocab_from_tokenizer_json, "vocab from json");
         check_goldens(tok, "tokenizer.json alone");
-        stof_tokenizer_destroy(tok);
+        tok_wp_destroy(tok);
     }
     remove_temp_dir(dir);
 }
@@ -292,10 +292,10 @@ static void test_golden_model(void)
 
 static void test_info_and_lookups(void)
 {
-    stof_tokenizer *tok = NULL;
-    CHECK_OK(stof_tokenizer_load(VOCAB_DIR, &tok));
+    tok_wp *tok = NULL;
+    CHECK_OK(tok_wp_load(VOCAB_DIR, &tok));
     if (!tok) return;
-    const stof_tokenizer_info *in = stof_tokenizer_get_info(tok);
+    const tok_wp_info *in = tok_wp_get_info(tok);
     CHECK(in->vocab_size == 30522, "vocab size %d", in->vocab_size);
     CHECK(in->pad_id == 0 && in->unk_id == 100 && in->cls_id == 101 && in->sep_id == 102 &&
               in->mask_id == 103,
@@ -306,22 +306,22 @@ static void test_info_and_lookups(void)
     CHECK(in->lowercase && in->strip_accents && in->handle_chinese_chars && in->clean_text,
           "uncased BERT settings");
     CHECK(in->max_input_chars_per_word == 100, "max chars %d", in->max_input_chars_per_word);
-    const char *cls = stof_tokenizer_id_to_token(tok, 101);
+    const char *cls = tok_wp_id_to_token(tok, 101);
     CHECK(cls && strcmp(cls, "[CLS]") == 0, "id 101 -> %s", cls ? cls : "(null)");
-    CHECK(stof_tokenizer_token_to_id(tok, "hello") == 7592, "hello -> %d",
-          stof_tokenizer_token_to_id(tok, "hello"));
-    CHECK(stof_tokenizer_token_to_id(tok, "##ing") == 2075, "##ing");
-    CHECK(stof_tokenizer_token_to_id(tok, "no-such-entry") == -1, "absent entry");
-    CHECK(stof_tokenizer_id_to_token(tok, -1) == NULL &&
-              stof_tokenizer_id_to_token(tok, 30522) == NULL,
+    CHECK(tok_wp_token_to_id(tok, "hello") == 7592, "hello -> %d",
+          tok_wp_token_to_id(tok, "hello"));
+    CHECK(tok_wp_token_to_id(tok, "##ing") == 2075, "##ing");
+    CHECK(tok_wp_token_to_id(tok, "no-such-entry") == -1, "absent entry");
+    CHECK(tok_wp_id_to_token(tok, -1) == NULL &&
+              tok_wp_id_to_token(tok, 30522) == NULL,
           "out-of-range ids");
     for (int32_t id = 0; id < in->vocab_size; id += 97) {
-        const char *t = stof_tokenizer_id_to_token(tok, id);
-        int32_t back = stof_tokenizer_token_to_id(tok, t);
+        const char *t = tok_wp_id_to_token(tok, id);
+        int32_t back = tok_wp_token_to_id(tok, t);
         /* [unused*] entries are unique, so every entry maps back to its own id. */
         CHECK(back == id, "id %d -> \"%s\" -> %d", id, t, back);
     }
-    stof_tokenizer_destroy(tok);
+    tok_wp_destroy(tok);
 }
 
 /* ------------------------------------------------------------------ errors */
@@ -331,8 +331,8 @@ static const char small_vocab[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n";
 static void expect_load_error(const char *dir, stof_status want, const char *needle,
                               const char *what)
 {
-    stof_tokenizer *tok = (stof_tokenizer *)&tok; /* must come back NULL */
-    stof_status st = stof_tokenizer_load(dir, &tok);
+    tok_wp *tok = (tok_wp *)&tok; /* must come back NULL */
+    stof_status st = tok_wp_load(dir, &tok);
     CHECK(st == want && tok == NULL && strstr(stof_last_error(), needle),
           "%s: got %s \"%s\", want %s mentioning \"%s\"", what, stof_status_str(st),
           stof_last_error(), stof_status_str(want), needle);
@@ -340,9 +340,9 @@ static void expect_load_error(const char *dir, stof_status want, const char *nee
 
 static void test_load_errors(void)
 {
-    stof_tokenizer *tok = NULL;
-    CHECK_STATUS(stof_tokenizer_load(NULL, &tok), STOF_ERR_INVALID_ARG);
-    CHECK_STATUS(stof_tokenizer_load(VOCAB_DIR, NULL), STOF_ERR_INVALID_ARG);
+    tok_wp *tok = NULL;
+    CHECK_STATUS(tok_wp_load(NULL, &tok), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(tok_wp_load(VOCAB_DIR, NULL), STOF_ERR_INVALID_ARG);
     expect_load_error("/nonexistent/stof-model", STOF_ERR_IO, "/nonexistent/stof-model",
                       "missing folder");
 
@@ -380,9 +380,9 @@ static void test_load_errors(void)
     expect_load_error(dir, STOF_ERR_FORMAT, "[NOPE]", "renamed unknown token absent");
     write_str(dir, "tokenizer_config.json",
               "{\"model_max_length\": 1000000000000000019884624838656}");
-    CHECK_OK(stof_tokenizer_load(dir, &tok)); /* transformers' "no limit": default 512 */
-    CHECK(tok && stof_tokenizer_get_info(tok)->model_max_length == 512, "huge model_max_length");
-    stof_tokenizer_destroy(tok);
+    CHECK_OK(tok_wp_load(dir, &tok)); /* transformers' "no limit": default 512 */
+    CHECK(tok && tok_wp_get_info(tok)->model_max_length == 512, "huge model_max_length");
+    tok_wp_destroy(tok);
     remove_file(dir, "tokenizer_config.json");
 
     write_str(dir, "tokenizer.json", "{\"normalizer\": {\"type\": \"Lowercase\"}}");
@@ -407,29 +407,29 @@ static void test_load_errors(void)
 
 static void test_call_errors(void)
 {
-    stof_tokenizer *tok = NULL;
-    CHECK_OK(stof_tokenizer_load(VOCAB_DIR, &tok));
+    tok_wp *tok = NULL;
+    CHECK_OK(tok_wp_load(VOCAB_DIR, &tok));
     if (!tok) return;
     int32_t ids[8];
     int n = -1;
-    CHECK_STATUS(stof_tokenizer_encode(tok, "hello", 5, 1, ids, 8, &n), STOF_ERR_INVALID_ARG);
-    CHECK_STATUS(stof_tokenizer_encode(tok, NULL, 5, 8, ids, 8, &n), STOF_ERR_INVALID_ARG);
-    CHECK_STATUS(stof_tokenizer_encode(NULL, "hello", 5, 8, ids, 8, &n), STOF_ERR_INVALID_ARG);
-    CHECK_STATUS(stof_tokenizer_encode(tok, "hello", 5, 8, NULL, 8, &n), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(tok_wp_encode(tok, "hello", 5, 1, ids, 8, &n), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(tok_wp_encode(tok, NULL, 5, 8, ids, 8, &n), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(tok_wp_encode(NULL, "hello", 5, 8, ids, 8, &n), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(tok_wp_encode(tok, "hello", 5, 8, NULL, 8, &n), STOF_ERR_INVALID_ARG);
     /* Too small a buffer: an error, but n says how many ids there are. */
-    CHECK_STATUS(stof_tokenizer_encode(tok, "hello world again", 17, 0, ids, 3, &n),
+    CHECK_STATUS(tok_wp_encode(tok, "hello world again", 17, 0, ids, 3, &n),
                  STOF_ERR_INVALID_ARG);
     CHECK(n == 5, "needed %d ids, want 5", n);
-    CHECK_OK(stof_tokenizer_encode(tok, NULL, 0, 8, ids, 8, &n));
+    CHECK_OK(tok_wp_encode(tok, NULL, 0, 8, ids, 8, &n));
     CHECK(n == 2 && ids[0] == 101 && ids[1] == 102, "NULL empty text -> %d ids", n);
 
-    stof_token_batch b;
+    tok_wp_batch b;
     const char *texts[] = {"a", NULL};
-    CHECK_STATUS(stof_tokenizer_encode_batch(tok, texts, NULL, 0, 8, &b), STOF_ERR_INVALID_ARG);
-    CHECK_STATUS(stof_tokenizer_encode_batch(tok, texts, NULL, 2, 8, &b), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(tok_wp_encode_batch(tok, texts, NULL, 0, 8, &b), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(tok_wp_encode_batch(tok, texts, NULL, 2, 8, &b), STOF_ERR_INVALID_ARG);
     CHECK(b.ids == NULL && b.lengths == NULL, "failed batch left nothing allocated");
-    CHECK_STATUS(stof_tokenizer_encode_batch(tok, texts, NULL, 1, 1, &b), STOF_ERR_INVALID_ARG);
-    stof_tokenizer_destroy(tok);
+    CHECK_STATUS(tok_wp_encode_batch(tok, texts, NULL, 1, 1, &b), STOF_ERR_INVALID_ARG);
+    tok_wp_destroy(tok);
 }
 
 /* ------------------------------------------------------------------ synthetic tokenizer.json */
@@ -453,7 +453,7 @@ static const char synthetic_config[] =
     "\"<pad>\", "
     "\"unk_token\": {\"content\": \"<unk>\", \"lstrip\": false}, \"model_max_length\": 64}";
 
-static void expect_ids(const stof_tokenizer *tok, const char *text, int max_len,
+static void expect_ids(const tok_wp *tok, const char *text, int max_len,
                        const int32_t *want, int n_want)
 {
     int n = -1;
@@ -480,10 +480,10 @@ static void test_synthetic(void)
     make_temp_dir(dir, sizeof dir);
     write_str(dir, "tokenizer.json", synthetic_json);
     write_str(dir, "tokenizer_config.json", synthetic_config);
-    stof_tokenizer *tok = NULL;
-    CHECK_OK(stof_tokenizer_load(dir, &tok));
+    tok_wp *tok = NULL;
+    CHECK_OK(tok_wp_load(dir, &tok));
     if (tok) {
-        const stof_tokenizer_info *in = stof_tokenizer_get_info(tok);
+        const tok_wp_info *in = tok_wp_get_info(tok);
         CHECK(in->vocab_size == 27 && in->vocab_from_tokenizer_json, "vocab %d", in->vocab_size);
         CHECK(in->cls_id == 2 && in->sep_id == 3 && in->pad_id == 0 && in->unk_id == 1 &&
                   in->mask_id == -1,
@@ -502,17 +502,17 @@ static void test_synthetic(void)
         EXPECT(tok, "x<s>x<s>y", 0, 2, 1, 4, 3, 1, 3); /* literal tokens, longest first */
         EXPECT(tok, "\xe4\xbd\xa0\xe4\xbd\xa0", 0, 2, 19, 19, 3); /* CJK split */
         EXPECT(tok, "abc abc abc", 5, 2, 6, 7, 6, 3); /* truncation keeps the separator */
-        stof_tokenizer_destroy(tok);
+        tok_wp_destroy(tok);
     }
     /* tokenizer_config.json overrides the normalizer, as in transformers. */
     write_str(dir, "tokenizer_config.json",
               "{\"do_lower_case\": true, \"cls_token\": \"<cls>\","
               " \"sep_token\": \"<s>\", \"pad_token\": \"<pad>\", \"unk_token\": \"<unk>\"}");
     tok = NULL;
-    CHECK_OK(stof_tokenizer_load(dir, &tok));
+    CHECK_OK(tok_wp_load(dir, &tok));
     if (tok) {
-        CHECK(stof_tokenizer_get_info(tok)->lowercase &&
-                  stof_tokenizer_get_info(tok)->strip_accents,
+        CHECK(tok_wp_get_info(tok)->lowercase &&
+                  tok_wp_get_info(tok)->strip_accents,
               "lower-casing from the config");
         EXPECT(tok, "HELLO", 0, 2, 14, 3);
         EXPECT(tok, "\xc3\x89", 0, 2, 22, 3); /* É -> e */
@@ -521,19 +521,19 @@ static void test_synthetic(void)
         EXPECT(tok, "a\xf0\x9d\x85\xad\xf0\x9d\x85\xa5", 0, 2, 5, 23, 24, 3);
         EXPECT(tok, "a\xcc\x81\xf0\x9d\x85\xad\xcc\x96\xf0\x9d\x85\xa5", 0, 2, 5, 23, 24, 3);
         EXPECT(tok, "a\xf0\x9d\x85\xad\xe0\xa4\x82\xf0\x9d\x85\xa5", 0, 2, 5, 24, 23, 3);
-        stof_tokenizer_destroy(tok);
+        tok_wp_destroy(tok);
     }
     write_str(dir, "tokenizer_config.json",
               "{\"do_lower_case\": true, \"strip_accents\": false,"
               " \"cls_token\": \"<cls>\", \"sep_token\": \"<s>\", \"pad_token\": \"<pad>\","
               " \"unk_token\": \"<unk>\", \"tokenize_chinese_chars\": false}");
     tok = NULL;
-    CHECK_OK(stof_tokenizer_load(dir, &tok));
+    CHECK_OK(tok_wp_load(dir, &tok));
     if (tok) {
         EXPECT(tok, "\xc3\x89", 0, 2, 21, 3);     /* É -> é: lower-cased, accent kept */
         EXPECT(tok, "\xc4\xb0", 0, 2, 25, 26, 3); /* İ -> i + U+0307 */
         EXPECT(tok, "\xe4\xbd\xa0\xe4\xbd\xa0", 0, 2, 1, 3); /* one word, no @@你 entry */
-        stof_tokenizer_destroy(tok);
+        tok_wp_destroy(tok);
     }
     /* Without tokenizer_config.json, tokenizer.json's normalizer decides. */
     remove_file(dir, "tokenizer_config.json");
@@ -543,18 +543,18 @@ static void test_synthetic(void)
               "{\"[PAD]\": 0, \"[UNK]\": 1, \"[CLS]\": 2, \"[SEP]\": 3, \"Hello\": 4, "
               "\"hello\": 5}}}");
     tok = NULL;
-    CHECK_OK(stof_tokenizer_load(dir, &tok));
+    CHECK_OK(tok_wp_load(dir, &tok));
     if (tok) {
         EXPECT(tok, "Hello hello", 0, 2, 4, 5, 3);
         EXPECT(tok, "[SEP]Hello", 0, 2, 3, 4, 3); /* special tokens matched without a list */
-        stof_tokenizer_destroy(tok);
+        tok_wp_destroy(tok);
     }
     remove_temp_dir(dir);
 }
 
 /* ------------------------------------------------------------------ invalid UTF-8 */
 
-static void expect_same(const stof_tokenizer *tok, const char *a, size_t la, const char *b)
+static void expect_same(const tok_wp *tok, const char *a, size_t la, const char *b)
 {
     int na = -1, nb = -1;
     int32_t *ia = encode_alloc(tok, a, la, 64, &na);
@@ -565,7 +565,7 @@ static void expect_same(const stof_tokenizer *tok, const char *a, size_t la, con
     free(ib);
 }
 
-static void test_invalid_utf8(const stof_tokenizer *tok)
+static void test_invalid_utf8(const tok_wp *tok)
 {
     expect_same(tok,
                 "a\xff"
@@ -601,7 +601,7 @@ static void test_invalid_utf8(const stof_tokenizer *tok)
     /* Random bytes: never an error, ids in range, framed by [CLS] and [SEP]. */
     test_rng rng;
     test_rng_init(&rng, test_seed());
-    const stof_tokenizer_info *in = stof_tokenizer_get_info(tok);
+    const tok_wp_info *in = tok_wp_get_info(tok);
     int bad = 0;
     for (int it = 0; it < 3000; it++) {
         char buf[300];
@@ -611,7 +611,7 @@ static void test_invalid_utf8(const stof_tokenizer *tok)
             buf[i] = (char)(ascii ? test_rng_int(&rng, 0, 127) : test_rng_int(&rng, 0, 255));
         int32_t ids[128];
         int n = -1;
-        stof_status st = stof_tokenizer_encode(tok, buf, len, 128, ids, 128, &n);
+        stof_status st = tok_wp_encode(tok, buf, len, 128, ids, 128, &n);
         bool ok =
             st == STOF_OK && n >= 2 && n <= 128 && ids[0] == in->cls_id && ids[n - 1] == in->sep_id;
         for (int i = 0; ok && i < n; i++)
@@ -627,18 +627,18 @@ static const char lorem[] =
     "Sentence embeddings map text to vectors so that similar meanings land close together; "
     "transformers compute them by pooling the last hidden states. ";
 
-static void test_truncation(const stof_tokenizer *tok)
+static void test_truncation(const tok_wp *tok)
 {
     size_t len = 20 * strlen(lorem);
     char *text = malloc(len + 1);
     for (int i = 0; i < 20; i++)
         memcpy(text + (size_t)i * strlen(lorem), lorem, strlen(lorem));
     int64_t full = 0;
-    CHECK_OK(stof_tokenizer_count(tok, text, len, &full));
+    CHECK_OK(tok_wp_count(tok, text, len, &full));
     CHECK(full > 512, "%lld ids untruncated", (long long)full);
     int32_t *all = malloc((size_t)full * sizeof *all);
     int n_all = 0;
-    CHECK_OK(stof_tokenizer_encode(tok, text, len, (int)full, all, (int)full, &n_all));
+    CHECK_OK(tok_wp_encode(tok, text, len, (int)full, all, (int)full, &n_all));
     CHECK(n_all == full, "encode with max_len = count gives %d of %lld", n_all, (long long)full);
     const int limits[] = {2, 3, 5, 17, 128, 512, 0};
     for (size_t k = 0; k < sizeof limits / sizeof *limits; k++) {
@@ -655,7 +655,7 @@ static void test_truncation(const stof_tokenizer *tok)
     free(text);
 }
 
-static void test_batch(const stof_tokenizer *tok)
+static void test_batch(const tok_wp *tok)
 {
     const char *texts[] = {"hello world", "", lorem, "caf\xc3\xa9 \xff!", "[CLS] x [MASK]"};
     const int B = 5;
@@ -664,8 +664,8 @@ static void test_batch(const stof_tokenizer *tok)
         lens[b] = strlen(texts[b]);
     for (int pass = 0; pass < 3; pass++) {
         int ml = pass == 2 ? 12 : 64;
-        stof_token_batch batch;
-        CHECK_OK(stof_tokenizer_encode_batch(tok, texts, pass ? lens : NULL, B, ml, &batch));
+        tok_wp_batch batch;
+        CHECK_OK(tok_wp_encode_batch(tok, texts, pass ? lens : NULL, B, ml, &batch));
         if (!batch.ids) continue;
         CHECK(batch.batch == B, "batch %d", batch.batch);
         int longest = 0;
@@ -685,7 +685,7 @@ static void test_batch(const stof_tokenizer *tok)
             free(ids);
         }
         CHECK(batch.seq_len == longest, "seq_len %d, longest %d", batch.seq_len, longest);
-        stof_token_batch_free(&batch);
+        tok_wp_batch_free(&batch);
         CHECK(batch.ids == NULL && batch.seq_len == 0, "free resets the batch");
     }
 }
@@ -701,14 +701,14 @@ int main(void)
     test_load_errors();
     test_call_errors();
     test_synthetic();
-    stof_tokenizer *tok = NULL;
-    CHECK_OK(stof_tokenizer_load(VOCAB_DIR, &tok));
+    tok_wp *tok = NULL;
+    CHECK_OK(tok_wp_load(VOCAB_DIR, &tok));
     if (tok) {
         test_invalid_utf8(tok);
         test_truncation(tok);
         test_batch(tok);
     }
-    stof_tokenizer_destroy(tok);
+    tok_wp_destroy(tok);
     free_goldens();
-    return test_finish("test_model_tokenizer");
+    return test_finish("test_tok_wordpiece");
 }

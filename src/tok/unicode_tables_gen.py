@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates src/model/unicode_tables.h: the Unicode data the BERT tokenizer needs.
+"""Generates src/tok/unicode_tables.h: the Unicode data the BERT tokenizer needs.
 
 The tokenizer must give the same ids as Hugging Face's BertTokenizerFast (the Rust
 `tokenizers` library: BertNormalizer + BertPreTokenizer). Each property starts from
@@ -19,7 +19,7 @@ Coverage: every code point U+0000..U+10FFFF (surrogates excluded).
   lower   lower-case mapping as ranges of constant offset; one-to-many mappings
           (only U+0130) in a separate list
 
-Run:  pip install tokenizers && python3 src/model/unicode_tables_gen.py
+Run:  pip install tokenizers && python3 src/tok/unicode_tables_gen.py
 It also checks the tables end to end: a Python model of the C algorithm must match
 the library on every single code point and on random strings, for each combination
 of lowercase / strip_accents.
@@ -149,7 +149,7 @@ def hf_lower():
 # ---------------------------------------------------------------- the C algorithm, in Python
 
 class Model:
-    """The algorithm of tokenizer.c over the generated tables, to check them."""
+    """The algorithm of wordpiece.c over the generated tables, to check them."""
 
     def __init__(self, flags, decomp, ccc, lower):
         self.flags, self.decomp, self.ccc, self.lower = flags, decomp, ccc, lower

@@ -1,5 +1,5 @@
 /*
- * tokenizer.c — BERT WordPiece tokenizer (see tokenizer.h for the pipeline).
+ * wordpiece.c — BERT WordPiece tokenizer (see wordpiece.h for the pipeline).
  *
  * Text streams through the stages one code point at a time, so no stage needs a buffer
  * as long as the text: the only state is the current word (bounded by
@@ -7,8 +7,9 @@
  * of combining marks awaiting canonical reordering. Encoding stops as soon as truncation
  * makes the rest of the text irrelevant.
  */
-#include "model/tokenizer.h"
-#include "model/unicode_bert.h"
+#include "tok/wordpiece.h"
+#include "tok/unicode_bert.h"
+#include "io/json.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -33,8 +34,8 @@ typedef struct added_token {
     int32_t id;
 } added_token;
 
-struct stof_tokenizer {
-    stof_tokenizer_info info;
+struct tok_wp {
+    tok_wp_info info;
     char *arena;       /* every vocabulary entry, NUL-terminated, in id order */
     size_t *tok_off;   /* [vocab_size] offsets into arena */
     uint32_t *tok_len; /* [vocab_size] byte lengths */
@@ -60,7 +61,7 @@ static uint64_t hash_bytes(const char *s, size_t len)
     return h;
 }
 
-static int32_t vocab_lookup(const stof_tokenizer *t, const char *s, size_t len)
+static int32_t vocab_lookup(const tok_wp *t, const char *s, size_t len)
 {
     size_t i = (size_t)hash_bytes(s, len) & t->slot_mask;
     for (;;) {
@@ -81,7 +82,7 @@ static int utf8_chars(const char *s, size_t len)
 }
 
 /* Allocates the arrays for n entries of total_bytes bytes (NULs not counted). */
-static stof_status vocab_alloc(stof_tokenizer *t, size_t n, size_t total_bytes)
+static stof_status vocab_alloc(tok_wp *t, size_t n, size_t total_bytes)
 {
     size_t slots = 16;
     while (slots < 2 * n)
@@ -100,7 +101,7 @@ static stof_status vocab_alloc(stof_tokenizer *t, size_t n, size_t total_bytes)
 
 /* Stores entry id (ids are filled in increasing order) and indexes it. A later duplicate
  * takes over the entry's lookup, as a Python dict or a Rust HashMap would. */
-static void vocab_set(stof_tokenizer *t, int32_t id, size_t *arena_used, const char *s, size_t len)
+static void vocab_set(tok_wp *t, int32_t id, size_t *arena_used, const char *s, size_t len)
 {
     t->tok_off[id] = *arena_used;
     t->tok_len[id] = (uint32_t)len;
@@ -120,7 +121,7 @@ static void vocab_set(stof_tokenizer *t, int32_t id, size_t *arena_used, const c
 
 /* Lines of vocab.txt: one entry per line, id = line number; "\n" or "\r\n" ends a line and
  * nothing else is trimmed; a final newline adds no entry. */
-static stof_status vocab_from_txt(stof_tokenizer *t, const char *buf, size_t len, const char *path)
+static stof_status vocab_from_txt(tok_wp *t, const char *buf, size_t len, const char *path)
 {
     size_t n = 0, bytes = 0;
     for (size_t i = 0; i < len;) {
@@ -148,7 +149,7 @@ static stof_status vocab_from_txt(stof_tokenizer *t, const char *buf, size_t len
 }
 
 /* tokenizer.json's model.vocab: {"entry": id, ...} with ids 0..n-1, each once. */
-static stof_status vocab_from_json(stof_tokenizer *t, const cJSON *vocab, const char *path)
+static stof_status vocab_from_json(tok_wp *t, const cJSON *vocab, const char *path)
 {
     STOF_REQUIRE(cJSON_IsObject(vocab), STOF_ERR_FORMAT, "%s: model.vocab is not an object", path);
     int n = cJSON_GetArraySize(vocab);
@@ -188,80 +189,6 @@ static stof_status vocab_from_json(stof_tokenizer *t, const cJSON *vocab, const 
     return st;
 }
 
-/* ------------------------------------------------------------------ files */
-
-static bool file_exists(const char *path)
-{
-    struct stat s;
-    return stat(path, &s) == 0 && S_ISREG(s.st_mode);
-}
-
-static stof_status join_path(char *out, size_t cap, const char *dir, const char *name)
-{
-    int w = snprintf(out, cap, "%s/%s", dir, name);
-    STOF_REQUIRE(w > 0 && (size_t)w < cap, STOF_ERR_INVALID_ARG, "path too long: %s/%s", dir, name);
-    return STOF_OK;
-}
-
-/* Whole file, NUL-terminated (the terminator is not counted in *len). */
-static stof_status read_whole_file(const char *path, char **out, size_t *len)
-{
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    STOF_REQUIRE(f, STOF_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    stof_status st = buf ? STOF_OK : stof_error(STOF_ERR_OOM, "out of memory reading %s", path);
-    while (st == STOF_OK) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        if (cap >= TOK_MAX_FILE_BYTES) {
-            st = stof_error(STOF_ERR_FORMAT, "%s is larger than %zu bytes", path,
-                            TOK_MAX_FILE_BYTES);
-            break;
-        }
-        char *bigger = realloc(buf, 2 * cap + 1);
-        if (!bigger) {
-            st = stof_error(STOF_ERR_OOM, "out of memory reading %s", path);
-            break;
-        }
-        buf = bigger;
-        cap *= 2;
-    }
-    if (st == STOF_OK && ferror(f)) st = stof_error(STOF_ERR_IO, "cannot read %s", path);
-    fclose(f);
-    if (st != STOF_OK) {
-        free(buf);
-        return st;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return STOF_OK;
-}
-
-/* Parses dir/name into *root; *root stays NULL when the file does not exist. */
-static stof_status load_json_if_present(const char *dir, const char *name, cJSON **root)
-{
-    char path[4096];
-    *root = NULL;
-    STOF_TRY(join_path(path, sizeof path, dir, name));
-    if (!file_exists(path)) return STOF_OK;
-    char *text;
-    size_t len;
-    STOF_TRY(read_whole_file(path, &text, &len));
-    *root = cJSON_ParseWithLength(text, len);
-    if (!*root) {
-        const char *at = cJSON_GetErrorPtr();
-        long off = at && at >= text && at <= text + len ? (long)(at - text) : -1;
-        free(text);
-        return stof_error(STOF_ERR_PARSE, "%s is not valid JSON (near byte %ld)", path, off);
-    }
-    free(text);
-    STOF_REQUIRE(cJSON_IsObject(*root), STOF_ERR_FORMAT, "%s is not a JSON object", path);
-    return STOF_OK;
-}
-
 /* ------------------------------------------------------------------ settings */
 
 typedef struct tok_settings {
@@ -270,49 +197,6 @@ typedef struct tok_settings {
     char unk[TOK_NAME_MAX], cls[TOK_NAME_MAX], sep[TOK_NAME_MAX], pad[TOK_NAME_MAX],
         mask[TOK_NAME_MAX];
 } tok_settings;
-
-static const char *json_type_name(const cJSON *v)
-{
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsNull(v)) return "null";
-    if (cJSON_IsArray(v)) return "an array";
-    return "an object";
-}
-
-/* obj.key as a boolean into *dst when present; null gives -1 where allowed. */
-static stof_status json_bool(const cJSON *obj, const char *key, bool null_ok, int *dst,
-                             const char *file)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v) return STOF_OK;
-    if (cJSON_IsBool(v)) {
-        *dst = cJSON_IsTrue(v);
-        return STOF_OK;
-    }
-    if (null_ok && cJSON_IsNull(v)) {
-        *dst = -1;
-        return STOF_OK;
-    }
-    return stof_error(STOF_ERR_FORMAT, "%s: %s must be true or false%s, not %s", file, key,
-                      null_ok ? " or null" : "", json_type_name(v));
-}
-
-/* obj.key as an integer in [lo, hi] into *dst when present. */
-static stof_status json_int(const cJSON *obj, const char *key, double lo, double hi, int *dst,
-                            const char *file)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v || cJSON_IsNull(v)) return STOF_OK;
-    STOF_REQUIRE(cJSON_IsNumber(v), STOF_ERR_FORMAT, "%s: %s must be a number, not %s", file, key,
-                 json_type_name(v));
-    double d = v->valuedouble;
-    STOF_REQUIRE(d >= lo && d <= hi && d == (double)(long long)d, STOF_ERR_FORMAT,
-                 "%s: %s = %.17g, expected an integer in [%.0f, %.0f]", file, key, d, lo, hi);
-    *dst = (int)d;
-    return STOF_OK;
-}
 
 /* A token name: "[UNK]" or {"content": "[UNK]", ...} (newer transformers). */
 static stof_status json_token_name(const cJSON *obj, const char *key, char *dst, const char *file)
@@ -344,7 +228,7 @@ static stof_status require_type(const cJSON *root, const char *key, const char *
     return STOF_OK;
 }
 
-static stof_status settings_from_tokenizer_json(stof_tokenizer *t, tok_settings *s,
+static stof_status settings_from_tokenizer_json(tok_wp *t, tok_settings *s,
                                                 const cJSON *root, const char *file)
 {
     const cJSON *norm, *pre, *model;
@@ -352,14 +236,14 @@ static stof_status settings_from_tokenizer_json(stof_tokenizer *t, tok_settings 
     STOF_TRY(require_type(root, "pre_tokenizer", "BertPreTokenizer", file, &pre));
     STOF_TRY(require_type(root, "model", "WordPiece", file, &model));
     if (norm) {
-        STOF_TRY(json_bool(norm, "clean_text", false, &s->clean_text, file));
-        STOF_TRY(json_bool(norm, "handle_chinese_chars", false, &s->handle_chinese_chars, file));
-        STOF_TRY(json_bool(norm, "strip_accents", true, &s->strip_accents, file));
-        STOF_TRY(json_bool(norm, "lowercase", false, &s->lowercase, file));
+        STOF_TRY(io_json_bool(norm, "clean_text", false, &s->clean_text, file));
+        STOF_TRY(io_json_bool(norm, "handle_chinese_chars", false, &s->handle_chinese_chars, file));
+        STOF_TRY(io_json_bool(norm, "strip_accents", true, &s->strip_accents, file));
+        STOF_TRY(io_json_bool(norm, "lowercase", false, &s->lowercase, file));
     }
     if (model) {
         STOF_TRY(json_token_name(model, "unk_token", s->unk, file));
-        STOF_TRY(json_int(model, "max_input_chars_per_word", 1, TOK_MAX_WORD_CHARS,
+        STOF_TRY(io_json_int(model, "max_input_chars_per_word", 1, TOK_MAX_WORD_CHARS,
                           &t->info.max_input_chars_per_word, file));
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(model, "continuing_subword_prefix");
         if (p && !cJSON_IsNull(p)) {
@@ -376,15 +260,15 @@ static stof_status settings_from_tokenizer_json(stof_tokenizer *t, tok_settings 
 
 /* When tokenizer_config.json exists, transformers rebuilds the normalizer from its three
  * switches, absent ones taking BertTokenizer's defaults, whatever tokenizer.json says. */
-static stof_status settings_from_tokenizer_config(stof_tokenizer *t, tok_settings *s,
+static stof_status settings_from_tokenizer_config(tok_wp *t, tok_settings *s,
                                                   const cJSON *root, const char *file)
 {
     s->lowercase = 1;
     s->strip_accents = -1;
     s->handle_chinese_chars = 1;
-    STOF_TRY(json_bool(root, "do_lower_case", false, &s->lowercase, file));
-    STOF_TRY(json_bool(root, "strip_accents", true, &s->strip_accents, file));
-    STOF_TRY(json_bool(root, "tokenize_chinese_chars", false, &s->handle_chinese_chars, file));
+    STOF_TRY(io_json_bool(root, "do_lower_case", false, &s->lowercase, file));
+    STOF_TRY(io_json_bool(root, "strip_accents", true, &s->strip_accents, file));
+    STOF_TRY(io_json_bool(root, "tokenize_chinese_chars", false, &s->handle_chinese_chars, file));
     STOF_TRY(json_token_name(root, "unk_token", s->unk, file));
     STOF_TRY(json_token_name(root, "cls_token", s->cls, file));
     STOF_TRY(json_token_name(root, "sep_token", s->sep, file));
@@ -393,12 +277,12 @@ static stof_status settings_from_tokenizer_config(stof_tokenizer *t, tok_setting
     /* transformers writes int(1e30) for "no limit": keep the default then. */
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "model_max_length");
     if (cJSON_IsNumber(m) && m->valuedouble >= (double)INT_MAX) return STOF_OK;
-    return json_int(root, "model_max_length", 2, INT_MAX, &t->info.model_max_length, file);
+    return io_json_int(root, "model_max_length", 2, INT_MAX, &t->info.model_max_length, file);
 }
 
 /* ------------------------------------------------------------------ special tokens */
 
-static stof_status special_id(const stof_tokenizer *t, const char *name, const char *role,
+static stof_status special_id(const tok_wp *t, const char *name, const char *role,
                               const char *dir, int32_t *id)
 {
     *id = vocab_lookup(t, name, strlen(name));
@@ -407,7 +291,7 @@ static stof_status special_id(const stof_tokenizer *t, const char *name, const c
     return STOF_OK;
 }
 
-static stof_status add_literal(stof_tokenizer *t, const char *text, int32_t id)
+static stof_status add_literal(tok_wp *t, const char *text, int32_t id)
 {
     size_t len = strlen(text);
     if (len == 0) return STOF_OK;
@@ -424,7 +308,7 @@ static stof_status add_literal(stof_tokenizer *t, const char *text, int32_t id)
 }
 
 /* tokenizer.json's added_tokens; their ids must lie inside the vocabulary. */
-static stof_status added_from_json(stof_tokenizer *t, const cJSON *list, const char *file)
+static stof_status added_from_json(tok_wp *t, const cJSON *list, const char *file)
 {
     const cJSON *a;
     cJSON_ArrayForEach(a, list)
@@ -453,7 +337,7 @@ static stof_status added_from_json(stof_tokenizer *t, const cJSON *list, const c
 
 /* Without tokenizer.json, the special tokens are the added tokens (as transformers'
  * conversion of a slow BertTokenizer makes them). */
-static stof_status added_from_specials(stof_tokenizer *t, const tok_settings *s)
+static stof_status added_from_specials(tok_wp *t, const tok_settings *s)
 {
     const char *names[] = {s->pad, s->unk, s->cls, s->sep, s->mask};
     for (int i = 0; i < 5; i++) {
@@ -465,20 +349,20 @@ static stof_status added_from_specials(stof_tokenizer *t, const tok_settings *s)
 
 /* ------------------------------------------------------------------ loading */
 
-static stof_status load_vocab(stof_tokenizer *t, const char *dir, const cJSON *tj)
+static stof_status load_vocab(tok_wp *t, const char *dir, const cJSON *tj)
 {
     char path[4096];
-    STOF_TRY(join_path(path, sizeof path, dir, "vocab.txt"));
-    if (file_exists(path)) {
+    STOF_TRY(io_join_path(path, sizeof path, dir, "vocab.txt"));
+    if (io_file_exists(path)) {
         char *buf;
         size_t len;
-        STOF_TRY(read_whole_file(path, &buf, &len));
+        STOF_TRY(io_read_file(path, &buf, &len));
         stof_status st = vocab_from_txt(t, buf, len, path);
         free(buf);
         return st;
     }
     STOF_REQUIRE(tj, STOF_ERR_IO, "no vocab.txt or tokenizer.json in %s", dir);
-    STOF_TRY(join_path(path, sizeof path, dir, "tokenizer.json"));
+    STOF_TRY(io_join_path(path, sizeof path, dir, "tokenizer.json"));
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(tj, "model");
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     STOF_REQUIRE(vocab, STOF_ERR_FORMAT, "%s has no model.vocab", path);
@@ -486,7 +370,7 @@ static stof_status load_vocab(stof_tokenizer *t, const char *dir, const cJSON *t
     return vocab_from_json(t, vocab, path);
 }
 
-static stof_status load_into(stof_tokenizer *t, const char *dir, cJSON **tj, cJSON **tc, cJSON **sb)
+static stof_status load_into(tok_wp *t, const char *dir, cJSON **tj, cJSON **tc, cJSON **sb)
 {
     struct stat st;
     STOF_REQUIRE(stat(dir, &st) == 0, STOF_ERR_IO, "model folder %s: %s", dir, strerror(errno));
@@ -506,13 +390,13 @@ static stof_status load_into(stof_tokenizer *t, const char *dir, cJSON **tj, cJS
     memcpy(t->prefix, "##", 3);
     t->prefix_len = 2;
 
-    STOF_TRY(load_json_if_present(dir, "tokenizer.json", tj));
-    STOF_TRY(load_json_if_present(dir, "tokenizer_config.json", tc));
-    STOF_TRY(load_json_if_present(dir, "sentence_bert_config.json", sb));
+    STOF_TRY(io_json_load_if_present(dir, "tokenizer.json", tj));
+    STOF_TRY(io_json_load_if_present(dir, "tokenizer_config.json", tc));
+    STOF_TRY(io_json_load_if_present(dir, "sentence_bert_config.json", sb));
     if (*tj) STOF_TRY(settings_from_tokenizer_json(t, &s, *tj, "tokenizer.json"));
     if (*tc) STOF_TRY(settings_from_tokenizer_config(t, &s, *tc, "tokenizer_config.json"));
     if (*sb)
-        STOF_TRY(json_int(*sb, "max_seq_length", 1, INT_MAX, &t->info.st_max_seq_length,
+        STOF_TRY(io_json_int(*sb, "max_seq_length", 1, INT_MAX, &t->info.st_max_seq_length,
                           "sentence_bert_config.json"));
     t->info.clean_text = s.clean_text;
     t->info.handle_chinese_chars = s.handle_chinese_chars;
@@ -533,13 +417,13 @@ static stof_status load_into(stof_tokenizer *t, const char *dir, cJSON **tj, cJS
     return added_from_specials(t, &s);
 }
 
-stof_status stof_tokenizer_load(const char *model_dir, stof_tokenizer **out)
+stof_status tok_wp_load(const char *model_dir, tok_wp **out)
 {
-    STOF_REQUIRE(out, STOF_ERR_INVALID_ARG, "stof_tokenizer_load: out is NULL");
+    STOF_REQUIRE(out, STOF_ERR_INVALID_ARG, "tok_wp_load: out is NULL");
     *out = NULL;
     STOF_REQUIRE(model_dir && *model_dir, STOF_ERR_INVALID_ARG,
-                 "stof_tokenizer_load: no model folder given");
-    stof_tokenizer *t = calloc(1, sizeof *t);
+                 "tok_wp_load: no model folder given");
+    tok_wp *t = calloc(1, sizeof *t);
     STOF_REQUIRE(t, STOF_ERR_OOM, "out of memory for a tokenizer");
     cJSON *tj = NULL, *tc = NULL, *sb = NULL;
     stof_status st = load_into(t, model_dir, &tj, &tc, &sb);
@@ -547,14 +431,14 @@ stof_status stof_tokenizer_load(const char *model_dir, stof_tokenizer **out)
     cJSON_Delete(tc);
     cJSON_Delete(sb);
     if (st != STOF_OK) {
-        stof_tokenizer_destroy(t);
+        tok_wp_destroy(t);
         return st;
     }
     *out = t;
     return STOF_OK;
 }
 
-void stof_tokenizer_destroy(stof_tokenizer *tok)
+void tok_wp_destroy(tok_wp *tok)
 {
     if (!tok) return;
     for (int i = 0; i < tok->n_added; i++)
@@ -567,18 +451,18 @@ void stof_tokenizer_destroy(stof_tokenizer *tok)
     free(tok);
 }
 
-const stof_tokenizer_info *stof_tokenizer_get_info(const stof_tokenizer *tok)
+const tok_wp_info *tok_wp_get_info(const tok_wp *tok)
 {
     return tok ? &tok->info : NULL;
 }
 
-const char *stof_tokenizer_id_to_token(const stof_tokenizer *tok, int32_t id)
+const char *tok_wp_id_to_token(const tok_wp *tok, int32_t id)
 {
     if (!tok || id < 0 || id >= tok->info.vocab_size) return NULL;
     return tok->arena + tok->tok_off[id];
 }
 
-int32_t stof_tokenizer_token_to_id(const stof_tokenizer *tok, const char *token)
+int32_t tok_wp_token_to_id(const tok_wp *tok, const char *token)
 {
     if (!tok || !token) return -1;
     return vocab_lookup(tok, token, strlen(token));
@@ -587,7 +471,7 @@ int32_t stof_tokenizer_token_to_id(const stof_tokenizer *tok, const char *token)
 /* ------------------------------------------------------------------ encoding */
 
 typedef struct encoder {
-    const stof_tokenizer *tok;
+    const tok_wp *tok;
     int32_t *out; /* ids after [CLS] go to out[1 + n] while inside cap; NULL: count only */
     int64_t cap;
     int64_t n;      /* ids produced from the text */
@@ -644,7 +528,7 @@ static size_t utf8_put(char *dst, uint32_t cp)
  * max_input_chars_per_word characters); any unmatchable piece makes the word [UNK]. */
 static void wordpiece(encoder *e, int nch)
 {
-    const stof_tokenizer *t = e->tok;
+    const tok_wp *t = e->tok;
     size_t bytes = 0;
     for (int i = 0; i < nch; i++) {
         e->char_start[i] = (int)bytes;
@@ -783,7 +667,7 @@ static void strip_accents(encoder *e, uint32_t cp)
 /* Clean-up and CJK spacing, the first steps of BertNormalizer. */
 static void normalize(encoder *e, uint32_t cp)
 {
-    const stof_tokenizer_info *in = &e->tok->info;
+    const tok_wp_info *in = &e->tok->info;
     unsigned f = stof_uni_flags(cp);
     if (in->clean_text && (f & STOF_UNI_DROP)) return;
     if (in->clean_text && (f & STOF_UNI_SPACE)) {
@@ -841,7 +725,7 @@ static uint32_t utf8_next(const unsigned char *s, size_t len, size_t *pos)
 }
 
 /* Longest added token starting at s, or -1. */
-static int match_added(const stof_tokenizer *t, const unsigned char *s, size_t len)
+static int match_added(const tok_wp *t, const unsigned char *s, size_t len)
 {
     int best = -1;
     for (int i = 0; i < t->n_added; i++) {
@@ -855,7 +739,7 @@ static int match_added(const stof_tokenizer *t, const unsigned char *s, size_t l
 
 static void encode_text(encoder *e, const unsigned char *s, size_t len)
 {
-    const stof_tokenizer *t = e->tok;
+    const tok_wp *t = e->tok;
     size_t pos = 0;
     while (pos < len && !enc_full(e)) {
         int a = t->added_first[s[pos]] ? match_added(t, s + pos, len - pos) : -1;
@@ -872,7 +756,7 @@ static void encode_text(encoder *e, const unsigned char *s, size_t len)
     flush_word(e);
 }
 
-static stof_status encoder_init(encoder *e, const stof_tokenizer *t)
+static stof_status encoder_init(encoder *e, const tok_wp *t)
 {
     int w = t->info.max_input_chars_per_word;
     *e = (encoder){.tok = t};
@@ -899,7 +783,7 @@ static void encoder_free(encoder *e)
 
 /* Encodes text with at most limit ids between [CLS] and [SEP]; *n counts all ids. out
  * (cap entries) receives them while they fit. */
-static stof_status encode_ids(const stof_tokenizer *t, const char *text, size_t len, int64_t limit,
+static stof_status encode_ids(const tok_wp *t, const char *text, size_t len, int64_t limit,
                               int32_t *out, int64_t cap, int64_t *n)
 {
     encoder e;
@@ -920,7 +804,7 @@ static stof_status encode_ids(const stof_tokenizer *t, const char *text, size_t 
     return st;
 }
 
-static stof_status resolve_max_len(const stof_tokenizer *tok, int max_len, int *out)
+static stof_status resolve_max_len(const tok_wp *tok, int max_len, int *out)
 {
     *out = max_len > 0 ? max_len : tok->info.model_max_length;
     STOF_REQUIRE(*out >= 2, STOF_ERR_INVALID_ARG,
@@ -928,46 +812,46 @@ static stof_status resolve_max_len(const stof_tokenizer *tok, int max_len, int *
     return STOF_OK;
 }
 
-stof_status stof_tokenizer_encode(const stof_tokenizer *tok, const char *text, size_t len,
+stof_status tok_wp_encode(const tok_wp *tok, const char *text, size_t len,
                                   int max_len, int32_t *ids, int cap, int *n)
 {
-    STOF_REQUIRE(tok && n, STOF_ERR_INVALID_ARG, "stof_tokenizer_encode: tok and n must be given");
+    STOF_REQUIRE(tok && n, STOF_ERR_INVALID_ARG, "tok_wp_encode: tok and n must be given");
     STOF_REQUIRE(text || len == 0, STOF_ERR_INVALID_ARG,
-                 "stof_tokenizer_encode: text is NULL with len %zu", len);
+                 "tok_wp_encode: text is NULL with len %zu", len);
     STOF_REQUIRE(ids || cap == 0, STOF_ERR_INVALID_ARG,
-                 "stof_tokenizer_encode: ids is NULL with cap %d", cap);
-    STOF_REQUIRE(cap >= 0, STOF_ERR_INVALID_ARG, "stof_tokenizer_encode: cap %d < 0", cap);
+                 "tok_wp_encode: ids is NULL with cap %d", cap);
+    STOF_REQUIRE(cap >= 0, STOF_ERR_INVALID_ARG, "tok_wp_encode: cap %d < 0", cap);
     int ml;
     STOF_TRY(resolve_max_len(tok, max_len, &ml));
     int64_t count;
     STOF_TRY(encode_ids(tok, text ? text : "", len, ml - 2, ids, cap, &count));
     *n = (int)count;
     STOF_REQUIRE(count <= cap, STOF_ERR_INVALID_ARG,
-                 "stof_tokenizer_encode: %lld ids do not fit in cap %d", (long long)count, cap);
+                 "tok_wp_encode: %lld ids do not fit in cap %d", (long long)count, cap);
     return STOF_OK;
 }
 
-stof_status stof_tokenizer_count(const stof_tokenizer *tok, const char *text, size_t len,
+stof_status tok_wp_count(const tok_wp *tok, const char *text, size_t len,
                                  int64_t *n)
 {
-    STOF_REQUIRE(tok && n, STOF_ERR_INVALID_ARG, "stof_tokenizer_count: tok and n must be given");
+    STOF_REQUIRE(tok && n, STOF_ERR_INVALID_ARG, "tok_wp_count: tok and n must be given");
     STOF_REQUIRE(text || len == 0, STOF_ERR_INVALID_ARG,
-                 "stof_tokenizer_count: text is NULL with len %zu", len);
+                 "tok_wp_count: text is NULL with len %zu", len);
     return encode_ids(tok, text ? text : "", len, INT64_MAX, NULL, 0, n);
 }
 
-void stof_token_batch_free(stof_token_batch *b)
+void tok_wp_batch_free(tok_wp_batch *b)
 {
     if (!b) return;
     free(b->ids);
     free(b->attention_mask);
     free(b->lengths);
-    *b = (stof_token_batch){0};
+    *b = (tok_wp_batch){0};
 }
 
 /* Fills out from the concatenated sequences all[] of the given lengths. */
-static stof_status pad_batch(const stof_tokenizer *tok, const int32_t *all, int batch,
-                             stof_token_batch *out)
+static stof_status pad_batch(const tok_wp *tok, const int32_t *all, int batch,
+                             tok_wp_batch *out)
 {
     int L = 0;
     for (int b = 0; b < batch; b++)
@@ -991,8 +875,8 @@ static stof_status pad_batch(const stof_tokenizer *tok, const int32_t *all, int 
     return STOF_OK;
 }
 
-static stof_status encode_batch_into(const stof_tokenizer *tok, const char *const *texts,
-                                     const size_t *lens, int batch, int ml, stof_token_batch *out)
+static stof_status encode_batch_into(const tok_wp *tok, const char *const *texts,
+                                     const size_t *lens, int batch, int ml, tok_wp_batch *out)
 {
     out->batch = batch;
     out->lengths = malloc((size_t)batch * sizeof *out->lengths);
@@ -1028,17 +912,17 @@ static stof_status encode_batch_into(const stof_tokenizer *tok, const char *cons
     return st;
 }
 
-stof_status stof_tokenizer_encode_batch(const stof_tokenizer *tok, const char *const *texts,
+stof_status tok_wp_encode_batch(const tok_wp *tok, const char *const *texts,
                                         const size_t *lens, int batch, int max_len,
-                                        stof_token_batch *out)
+                                        tok_wp_batch *out)
 {
     STOF_REQUIRE(out, STOF_ERR_INVALID_ARG, "encode_batch: out is NULL");
-    *out = (stof_token_batch){0};
+    *out = (tok_wp_batch){0};
     STOF_REQUIRE(tok && texts, STOF_ERR_INVALID_ARG, "encode_batch: tok and texts must be given");
     STOF_REQUIRE(batch >= 1, STOF_ERR_INVALID_ARG, "encode_batch: batch %d < 1", batch);
     int ml;
     STOF_TRY(resolve_max_len(tok, max_len, &ml));
     stof_status st = encode_batch_into(tok, texts, lens, batch, ml, out);
-    if (st != STOF_OK) stof_token_batch_free(out);
+    if (st != STOF_OK) tok_wp_batch_free(out);
     return st;
 }

@@ -3,11 +3,11 @@
  * stored as sorted range starts and found by binary search: one table covers all of
  * Unicode in a few kilobytes, and tokenizing is never the bottleneck of an encoder.
  */
-#include "model/unicode_bert.h"
+#include "tok/unicode_bert.h"
 
 #include <stddef.h>
 
-#include "model/unicode_tables.h"
+#include "tok/unicode_tables.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -1,5 +1,5 @@
 /*
- * tokenizer.h — BERT WordPiece tokenizer, giving the ids Hugging Face's BertTokenizerFast
+ * wordpiece.h — BERT WordPiece tokenizer, giving the ids Hugging Face's BertTokenizerFast
  * gives for uncased BERT models (all-MiniLM-L6-v2 and its kin).
  *
  * Pipeline, in Hugging Face's order:
@@ -23,8 +23,8 @@
  *
  * A loaded tokenizer is immutable: encoding from several threads at once is safe.
  */
-#ifndef STOF_MODEL_TOKENIZER_H
-#define STOF_MODEL_TOKENIZER_H
+#ifndef STOF_TOK_WORDPIECE_H
+#define STOF_TOK_WORDPIECE_H
 
 #include "core/core.h"
 
@@ -32,9 +32,9 @@
 extern "C" {
 #endif
 
-typedef struct stof_tokenizer stof_tokenizer;
+typedef struct tok_wp tok_wp;
 
-typedef struct stof_tokenizer_info {
+typedef struct tok_wp_info {
     int vocab_size;
     int32_t pad_id, unk_id, cls_id, sep_id;
     int32_t mask_id;       /* -1 when the vocabulary has no mask token */
@@ -43,7 +43,7 @@ typedef struct stof_tokenizer_info {
     int max_input_chars_per_word;
     bool clean_text, handle_chinese_chars, strip_accents, lowercase;
     bool vocab_from_tokenizer_json; /* vocab.txt was absent */
-} stof_tokenizer_info;
+} tok_wp_info;
 
 /*
  * Loads the tokenizer of a Hugging Face model folder. The vocabulary comes from vocab.txt
@@ -58,10 +58,10 @@ typedef struct stof_tokenizer_info {
  * STOF_ERR_FORMAT (empty vocabulary, [UNK]/[CLS]/[SEP]/[PAD] missing, bad values),
  * STOF_ERR_UNSUPPORTED (a tokenizer.json that is not BERT WordPiece).
  */
-stof_status stof_tokenizer_load(const char *model_dir, stof_tokenizer **out);
-void stof_tokenizer_destroy(stof_tokenizer *tok);
+stof_status tok_wp_load(const char *model_dir, tok_wp **out);
+void tok_wp_destroy(tok_wp *tok);
 
-const stof_tokenizer_info *stof_tokenizer_get_info(const stof_tokenizer *tok);
+const tok_wp_info *tok_wp_get_info(const tok_wp *tok);
 
 /*
  * Token ids of text (len bytes, need not be NUL-terminated; NUL bytes are dropped by
@@ -69,37 +69,37 @@ const stof_tokenizer_info *stof_tokenizer_get_info(const stof_tokenizer *tok);
  * max_len must leave room for [CLS] and [SEP]). Writes *n ids to ids[0..cap);
  * STOF_ERR_INVALID_ARG when cap is smaller than *n (and *n still says how many).
  */
-stof_status stof_tokenizer_encode(const stof_tokenizer *tok, const char *text, size_t len,
+stof_status tok_wp_encode(const tok_wp *tok, const char *text, size_t len,
                                   int max_len, int32_t *ids, int cap, int *n);
 
 /* Number of ids text gives without truncation, [CLS] and [SEP] included: lets a caller
  * reject text over the model's positions instead of truncating it. */
-stof_status stof_tokenizer_count(const stof_tokenizer *tok, const char *text, size_t len,
+stof_status tok_wp_count(const tok_wp *tok, const char *text, size_t len,
                                  int64_t *n);
 
-/* A padded batch, row-major, allocated by stof_tokenizer_encode_batch. */
-typedef struct stof_token_batch {
+/* A padded batch, row-major, allocated by tok_wp_encode_batch. */
+typedef struct tok_wp_batch {
     int batch;               /* sequences */
     int seq_len;             /* L: the longest sequence of the batch, after truncation */
     int32_t *ids;            /* [batch, L]; [PAD] after each sequence's end */
     int32_t *attention_mask; /* [batch, L]; 1 on tokens, 0 on padding */
     int32_t *lengths;        /* [batch]; tokens per sequence, [CLS] and [SEP] included */
-} stof_token_batch;
+} tok_wp_batch;
 
 /* Encodes texts[0..batch) (lens NULL: NUL-terminated texts) as encode does and pads them
- * to the longest. *out is overwritten; free it with stof_token_batch_free. */
-stof_status stof_tokenizer_encode_batch(const stof_tokenizer *tok, const char *const *texts,
+ * to the longest. *out is overwritten; free it with tok_wp_batch_free. */
+stof_status tok_wp_encode_batch(const tok_wp *tok, const char *const *texts,
                                         const size_t *lens, int batch, int max_len,
-                                        stof_token_batch *out);
-void stof_token_batch_free(stof_token_batch *b);
+                                        tok_wp_batch *out);
+void tok_wp_batch_free(tok_wp_batch *b);
 
 /* The vocabulary entry of id (NUL-terminated), or NULL when id is out of range. */
-const char *stof_tokenizer_id_to_token(const stof_tokenizer *tok, int32_t id);
+const char *tok_wp_id_to_token(const tok_wp *tok, int32_t id);
 /* The id of a vocabulary entry, or -1. */
-int32_t stof_tokenizer_token_to_id(const stof_tokenizer *tok, const char *token);
+int32_t tok_wp_token_to_id(const tok_wp *tok, const char *token);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* STOF_MODEL_TOKENIZER_H */
+#endif /* STOF_TOK_WORDPIECE_H */
