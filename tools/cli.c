@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 const char *cli_next(cli_args *a, bool *is_option)
 {
@@ -191,6 +192,26 @@ int cli_cmp_double(const void *x, const void *y)
 {
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
+}
+
+void cli_progress(const char *what, int64_t done, int64_t total)
+{
+    static int tty = -1;
+    if (tty < 0) tty = isatty(STDERR_FILENO);
+    if (!tty || total <= 0) return;
+    if (done >= total) {
+        fprintf(stderr, "\r%72s\r", "");
+    } else {
+        enum { width = 30 };
+        char bar[width + 1];
+        int fill = (int)(width * done / total);
+        for (int i = 0; i < width; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[width] = '\0';
+        fprintf(stderr, "\r  [%s] %lld/%lld %-20.20s", bar, (long long)done, (long long)total,
+                what);
+    }
+    fflush(stderr);
 }
 
 static unsigned lcg(unsigned *state)

@@ -92,6 +92,9 @@ double cli_now_ms(void);
 int64_t cli_fill_inputs(int batch, int seq, unsigned seed, bool have_lengths, int32_t *lengths,
                         int vocab, int32_t *ids);
 int cli_cmp_double(const void *x, const void *y);
+/* A progress bar "  [####....] done/total what" redrawn on stderr when stderr is a
+ * terminal (nothing otherwise); done == total clears it. */
+void cli_progress(const char *what, int64_t done, int64_t total);
 
 int cmd_demo(cli_args *a);
 int cmd_mask(cli_args *a);

@@ -1,16 +1,16 @@
-"""stof — fast attention with sparse masks on NVIDIA GPUs: the Python binding.
+"""stof — transformer inference with sparse attention masks, on the CPU and
+NVIDIA GPUs: the Python binding.
 
-A thin ctypes layer over libstof.so (no compiled extension). To use it from the
-build tree, put the python/ folder on the path: PYTHONPATH=python (run from the
-repository root), and the library is found at build/libstof.so.
-Elsewhere, set STOF_LIBRARY to the path of libstof.so, or install the library
-where the system loader finds it.
+A thin ctypes layer over libstof.so (no compiled extension). `pip install .`
+from the repository root builds the library and bundles it with this package.
+From a source tree, put the python/ folder on the path (PYTHONPATH=python, run
+from the repository root) and the library is found at build/libstof.so; or set
+STOF_LIBRARY to the path of libstof.so.
 
-    import torch, stof
-    q, k, v = (torch.randn(8, 12, 1024, 64, device="cuda", dtype=torch.half)
-               for _ in range(3))
-    out = stof.attention(q, k, v, mask="window:128,global:32")
-    out = stof.attention(q, k, v, mask=stof.Mask().causal(), lengths=[1024, 700, ...])
+    import numpy as np, stof
+    q, k, v = (np.random.rand(2, 4, 1024, 64).astype(np.float32) for _ in range(3))
+    out = stof.attention(q, k, v, mask="window:128,global:32")      # the CPU backend
+    out = stof.attention(q, k, v, mask=stof.Mask().causal(), lengths=[1024, 700])
 
 CUDA tensors run on the GPU on torch.cuda.current_stream(), zero-copy; CPU
 tensors and numpy arrays run on the CPU backend. torch is never imported by
@@ -25,7 +25,7 @@ from .model import Model, Tokenizer
 
 __all__ = ["StofError", "Mask", "CompiledMask", "MaskStats", "KernelChoice", "attention",
            "attention_select", "version", "gpu_count", "clear_cache", "cache_info",
-           "library_path"]
+           "library_path", "__version__"]
 __all__ += ["Model", "Tokenizer"]
 
 
@@ -37,3 +37,12 @@ def version():
 def gpu_count():
     """Number of CUDA devices stof can use (0 without a driver or device)."""
     return int(_fn("stof_gpu_count")())
+
+
+def __getattr__(name):
+    # stof.__version__ is the loaded library's version (CMakeLists.txt's project()
+    # version, which the package metadata reads too), read on first use so that
+    # `import stof` does not load the library.
+    if name == "__version__":
+        return version()
+    raise AttributeError(f"module 'stof' has no attribute {name!r}")

@@ -124,12 +124,24 @@ _path = None
 _bound = {}
 
 
+def _bundled():
+    """libstof.so installed inside the package by `pip install .` (see pyproject.toml)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for sub in ("lib", "lib64"):
+        path = os.path.join(here, sub, "libstof.so")
+        if os.path.exists(path):
+            return [path]
+    return []
+
+
 def _candidates():
+    """Where libstof is looked for, in order: the copy bundled in the installed
+    package, STOF_LIBRARY, the build/ folder of the source tree this package
+    sits in, the system loader."""
     env = os.environ.get("STOF_LIBRARY")
-    if env:
-        return [env]
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return [os.path.join(repo, "build", "libstof.so"), "libstof.so", "libstof.so.0"]
+    return (_bundled() + ([env] if env else []) +
+            [os.path.join(repo, "build", "libstof.so"), "libstof.so", "libstof.so.0"])
 
 
 def library_path():
@@ -146,11 +158,13 @@ def _load():
         if _handle is not None:
             return _handle
         tried = []
-        explicit = bool(os.environ.get("STOF_LIBRARY"))
+        explicit = os.environ.get("STOF_LIBRARY")
         for cand in _candidates():
             is_file = os.sep in cand
             if is_file and not os.path.exists(cand):
                 tried.append(f"{cand} (not found)")
+                if cand == explicit:
+                    break  # a library named by STOF_LIBRARY is the one wanted
                 continue
             try:
                 _handle = ctypes.CDLL(cand)
@@ -158,11 +172,12 @@ def _load():
                 return _handle
             except OSError as e:
                 tried.append(f"{cand} ({e})")
-                if explicit:
+                if cand == explicit:
                     break
         raise OSError("cannot load libstof: tried " + "; ".join(tried) +
-                      ". Build it (cmake --build build) or set STOF_LIBRARY "
-                      "to the path of libstof.so")
+                      ". Install the package with `pip install .` from the repository root, "
+                      "build the library (cmake --build build) or set STOF_LIBRARY to the "
+                      "path of libstof.so")
 
 
 def fn(name):
@@ -200,3 +215,4 @@ def call(name, *args):
     if status != 0:
         raise StofError(status, last_error(), name)
     return status
+

@@ -76,6 +76,12 @@ struct stof_ctx {
     void (*cublaslt_destroy)(void *handle);
 };
 
+/* The GPU side of a context (context_gpu.c; in a CPU-only build, errors
+ * saying that the build has no CUDA). */
+stof_status stof_ctx_init_gpu(stof_ctx *ctx, const stof_ctx_params *p);
+void stof_ctx_release_gpu(stof_ctx *ctx);
+stof_status stof_ctx_sync_gpu(stof_ctx *ctx);
+
 /* Device workspace of at least bytes (contents undefined). Invalidates earlier
  * pointers when it grows, so take it once per call. */
 stof_status stof_ctx_workspace(stof_ctx *ctx, size_t bytes, void **out);
@@ -83,6 +89,11 @@ stof_status stof_ctx_workspace(stof_ctx *ctx, size_t bytes, void **out);
 /* Stream-ordered device allocation on the ctx's stream (cudaMallocAsync). */
 stof_status stof_dev_alloc(stof_ctx *ctx, size_t bytes, void **out);
 void stof_dev_free(stof_ctx *ctx, void *ptr);
+/* Copies between host and device memory, queued on the ctx's stream (the host
+ * side must stay valid until the stream reaches it; pageable host memory is
+ * staged before the call returns); with ctx NULL or a CPU ctx, synchronous. */
+stof_status stof_dev_download(stof_ctx *ctx, void *host_dst, const void *dev_src, size_t bytes);
+stof_status stof_dev_upload(stof_ctx *ctx, void *dev_dst, const void *host_src, size_t bytes);
 /* Host allocation that records an OOM error on failure. */
 stof_status stof_host_alloc(size_t bytes, void **out);
 stof_status stof_host_calloc(size_t count, size_t size, void **out);
