@@ -2,6 +2,7 @@
  * cli.c — option parsing and small utilities for the stof command.
  */
 #include "cli.h"
+#include "core/core.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -192,6 +193,16 @@ int cli_cmp_double(const void *x, const void *y)
 {
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
+}
+
+FILE *cli_open_input(const char *who, const char *path)
+{
+    FILE *f = NULL;
+    if (stof_file_open(path, true, &f) != STOF_OK) {
+        fprintf(stderr, "%s %s\n", who, stof_last_error());
+        return NULL;
+    }
+    return f;
 }
 
 void cli_progress(const char *what, int64_t done, int64_t total)

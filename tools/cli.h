@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "stof.h"
 
@@ -95,6 +96,10 @@ int cli_cmp_double(const void *x, const void *y);
 /* A progress bar "  [####....] done/total what" redrawn on stderr when stderr is a
  * terminal (nothing otherwise); done == total clears it. */
 void cli_progress(const char *what, int64_t done, int64_t total);
+/* Opens an input file (a regular file, or a FIFO or device: a pipe given by
+ * name); on failure prints "<who> <why>" (no such file, is a folder, ...) on
+ * stderr and returns NULL. */
+FILE *cli_open_input(const char *who, const char *path);
 
 int cmd_demo(cli_args *a);
 int cmd_mask(cli_args *a);

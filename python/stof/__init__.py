@@ -22,6 +22,9 @@ from ._lib import fn as _fn
 from .attention import KernelChoice, attention, attention_select
 from .mask import CompiledMask, Mask, MaskStats, cache_info, clear_cache
 from .model import Model, Tokenizer
+from . import _sentence
+
+_sentence.install(Model)  # encode()'s sentence-transformers keywords, similarity(), max_seq_length
 
 __all__ = ["StofError", "Mask", "CompiledMask", "MaskStats", "KernelChoice", "attention",
            "attention_select", "version", "gpu_count", "clear_cache", "cache_info",

@@ -102,7 +102,7 @@ class Tokenizer:
 
     def __init__(self, path):
         handle = c_void_p()
-        _lib.call("stof_tokenizer_open", os.fsencode(path), ctypes.byref(handle))
+        _lib.call("stof_tokenizer_open", _lib.c_str(path, "path"), ctypes.byref(handle))
         self._handle = handle
 
     def max_length(self, max_positions=0):
@@ -176,6 +176,7 @@ class Model:
     """A BERT encoder loaded by stof. Make one with Model.from_pretrained(dir)."""
 
     def __init__(self, path, ctx, handle):
+        self._life = _lib.Lifetime(f"the model {path!r}")  # close() waits for calls in flight
         self.path = path
         self._ctx = ctx
         self._handle = handle
@@ -216,7 +217,7 @@ class Model:
         handle = c_void_p()
         with _on_device(ctx):
             ctx.follow_torch_stream()
-            _lib.call("stof_model_load", ctx.handle, os.fsencode(path), ctypes.byref(params),
+            _lib.call("stof_model_load", ctx.handle, _lib.c_str(path, "path"), ctypes.byref(params),
                       ctypes.byref(handle))
         return cls(path, ctx, handle)
 
@@ -243,6 +244,7 @@ class Model:
         return self._tokenizer
 
     @property
+    @_lib.in_use
     def max_length(self):
         """Tokens per text encode() keeps: the folder's max_seq_length, within the positions."""
         return self.tokenizer.max_length(self._info.max_positions)
@@ -250,12 +252,13 @@ class Model:
     def _max_length(self, max_length):
         if max_length is None:
             return self.max_length
-        max_length = int(max_length)
+        max_length = _lib.as_int(max_length, "max_length")
         if not 2 <= max_length <= self._info.max_positions:
             raise ValueError(f"max_length {max_length} is outside [2, {self._info.max_positions}] "
                              f"(the model's max_position_embeddings)")
         return max_length
 
+    @_lib.in_use
     def tokenize(self, texts, max_length=None, return_tensors="np"):
         """{"input_ids", "attention_mask"} of a right-padded batch, as numpy int32 arrays
         (return_tensors="np") or torch int64 tensors ("pt"), ready for model(**batch)."""
@@ -310,6 +313,7 @@ class Model:
         sums = (hidden * valid[:, :, None]).sum(axis=1)
         return (sums / np.maximum(lengths, 1)[:, None]).astype(np.float32)
 
+    @_lib.in_use
     def encode(self, sentences, batch_size=32, normalize=None, as_torch=False, max_length=None,
                mask=None):
         """Sentence embeddings as sentence-transformers computes them: a float32 numpy
@@ -351,6 +355,7 @@ class Model:
             return _torch().from_numpy(out).to(self.device)
         return out
 
+    @_lib.in_use
     def __call__(self, input_ids, attention_mask=None, mask=None, token_type_ids=None):
         """The last hidden state [B, L, hidden] for token ids [B, L] (torch tensors, on the
         CPU or the model's device), as a torch tensor on the model's device in the run dtype
@@ -512,7 +517,10 @@ class Model:
             raise ValueError(f"the model {self.path!r} is closed")
 
     def close(self):
-        """Free the model (and its device memory) now."""
+        """Free the model (and its device memory) now, once the calls other threads
+        have in flight return; later calls raise ValueError."""
+        if not self._life.begin_close():
+            return
         self._ready[:] = []
         self._prepared = {}
         if self._tokenizer is not None:

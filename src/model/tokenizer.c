@@ -190,10 +190,10 @@ static stof_status vocab_from_json(stof_tokenizer *t, const cJSON *vocab, const 
 
 /* ------------------------------------------------------------------ files */
 
+/* Anything at path: a folder where a file belongs is then named by the reader. */
 static bool file_exists(const char *path)
 {
-    struct stat s;
-    return stat(path, &s) == 0 && S_ISREG(s.st_mode);
+    return stof_file_exists(path);
 }
 
 static stof_status join_path(char *out, size_t cap, const char *dir, const char *name)
@@ -206,38 +206,7 @@ static stof_status join_path(char *out, size_t cap, const char *dir, const char 
 /* Whole file, NUL-terminated (the terminator is not counted in *len). */
 static stof_status read_whole_file(const char *path, char **out, size_t *len)
 {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    STOF_REQUIRE(f, STOF_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    stof_status st = buf ? STOF_OK : stof_error(STOF_ERR_OOM, "out of memory reading %s", path);
-    while (st == STOF_OK) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        if (cap >= TOK_MAX_FILE_BYTES) {
-            st = stof_error(STOF_ERR_FORMAT, "%s is larger than %zu bytes", path,
-                            TOK_MAX_FILE_BYTES);
-            break;
-        }
-        char *bigger = realloc(buf, 2 * cap + 1);
-        if (!bigger) {
-            st = stof_error(STOF_ERR_OOM, "out of memory reading %s", path);
-            break;
-        }
-        buf = bigger;
-        cap *= 2;
-    }
-    if (st == STOF_OK && ferror(f)) st = stof_error(STOF_ERR_IO, "cannot read %s", path);
-    fclose(f);
-    if (st != STOF_OK) {
-        free(buf);
-        return st;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return STOF_OK;
+    return stof_read_file(path, TOK_MAX_FILE_BYTES, out, len);
 }
 
 /* Parses dir/name into *root; *root stays NULL when the file does not exist. */

@@ -252,6 +252,7 @@ static stof_status fill_weights(const safetensors_file *f, weight_plan *p, bert_
         weight_slot *s = &p->slots[i];
         *s->field = w->storage + s->offset;
         convert_to_f32(s->t, *s->field);
+        STOF_TRY(stof_check_finite(*s->field, s->t->numel, f->name, s->t->name));
     }
     for (int i = 0; i < w->config.num_hidden_layers; i++) {
         w->layers[i].qkv_w = w->layers[i].q_w;
