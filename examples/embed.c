@@ -76,7 +76,8 @@ int main(int argc, char **argv)
         goto done;
     }
     /* Inputs in host memory work on either device; the embeddings come back to the host. */
-    int64_t ids_shape[2] = {batch, seq}, len_shape[1] = {batch}, emb_shape[2] = {batch, info.hidden};
+    int64_t ids_shape[2] = {batch, seq}, len_shape[1] = {batch},
+            emb_shape[2] = {batch, info.hidden};
     stof_tensor t_ids = stof_tensor_make(ids, STOF_I32, STOF_MEM_HOST, 2, ids_shape);
     stof_tensor t_len = stof_tensor_make(lengths, STOF_I32, STOF_MEM_HOST, 1, len_shape);
     stof_tensor t_emb = stof_tensor_make(emb, STOF_F32, STOF_MEM_HOST, 2, emb_shape);
@@ -85,8 +86,7 @@ int main(int argc, char **argv)
         rc = fail("running the model", st);
         goto done;
     }
-    printf("%d texts -> %d-dim embeddings on %s\n", batch, info.hidden,
-           stof_ctx_device_name(ctx));
+    printf("%d texts -> %d-dim embeddings on %s\n", batch, info.hidden, stof_ctx_device_name(ctx));
     for (int i = 0; i < batch; i++) {
         const float *e = emb + (size_t)i * info.hidden;
         printf("[%d] %d tokens  [%+.4f %+.4f %+.4f ...]  %s\n", i, lengths[i], e[0], e[1], e[2],
@@ -94,9 +94,9 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < batch; i++)
         for (int j = i + 1; j < batch; j++)
-            printf("cosine(%d, %d) = %.4f\n", i, j,
-                   cosine(emb + (size_t)i * info.hidden, emb + (size_t)j * info.hidden,
-                          info.hidden));
+            printf(
+                "cosine(%d, %d) = %.4f\n", i, j,
+                cosine(emb + (size_t)i * info.hidden, emb + (size_t)j * info.hidden, info.hidden));
     rc = 0;
 done:
     free(ids);

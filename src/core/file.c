@@ -112,7 +112,8 @@ stof_status stof_read_file(const char *path, size_t max_bytes, char **out, size_
         size_t r = fread(buf + used, 1, cap - used, fp);
         used += r;
         if (r == 0) {
-            if (ferror(fp)) st = stof_error(STOF_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+            if (ferror(fp))
+                st = stof_error(STOF_ERR_IO, "%s: read failed: %s", path, strerror(errno));
             break;
         }
     }
