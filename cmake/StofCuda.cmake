@@ -46,27 +46,20 @@ set(STOF_GPU_HOST_SOURCES src/fuse/lt.c src/fuse/rowops.c src/fuse/segments.c)
 # Tests labelled cpu (they run without a device) that exercise those files.
 set(STOF_GPU_HOST_TESTS test_fuse_config)
 
-# stof_cpu_only_filter(list_var): drops the GPU sources from a source list in a
-# CPU-only build.
-function(stof_cpu_only_filter var)
-  if(STOF_CUDA)
-    return()
-  endif()
-  set(srcs ${${var}})
-  list(FILTER srcs EXCLUDE REGEX "(\\.cu|_gpu\\.c)$")
-  foreach(f ${STOF_GPU_HOST_SOURCES})
-    list(REMOVE_ITEM srcs ${CMAKE_SOURCE_DIR}/${f})
-  endforeach()
-  set(${var} ${srcs} PARENT_SCOPE)
-endfunction()
+# A path ending in one of these is a GPU source: .cu, *_gpu.c, STOF_GPU_HOST_SOURCES.
+set(STOF_GPU_SOURCE_REGEX "(\\.cu|_gpu\\.c)$")
+foreach(f ${STOF_GPU_HOST_SOURCES})
+  string(REPLACE "." "\\." f ${f})
+  string(APPEND STOF_GPU_SOURCE_REGEX "|/${f}$")
+endforeach()
 
-# stof_gpu_deps(list_var): drops CUDA:: targets from a dependency list in a
-# CPU-only build.
-function(stof_gpu_deps var)
+# stof_cpu_only_drop(list_var regex): in a CPU-only build, drops the entries
+# matching regex (GPU sources: STOF_GPU_SOURCE_REGEX; GPU libraries: ^CUDA::).
+function(stof_cpu_only_drop var regex)
   if(STOF_CUDA)
     return()
   endif()
-  set(deps ${${var}})
-  list(FILTER deps EXCLUDE REGEX "^CUDA::")
-  set(${var} ${deps} PARENT_SCOPE)
+  set(items ${${var}})
+  list(FILTER items EXCLUDE REGEX "${regex}")
+  set(${var} ${items} PARENT_SCOPE)
 endfunction()
