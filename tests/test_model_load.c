@@ -851,7 +851,7 @@ static void test_config_errors(void)
     CHECK_FAIL(stof_bert_config_parse("[]", 2, "arr.json", &c), F, "must hold a JSON object");
     CHECK_FAIL(stof_bert_config_parse("{} {}", 5, "two.json", &c), F, "unexpected bytes");
     CHECK_FAIL(stof_bert_config_load("/nonexistent/config.json", &c), STOF_ERR_IO,
-               "/nonexistent/config.json: cannot open");
+               "/nonexistent/config.json: no such file");
 }
 
 /* ---- folder layouts */

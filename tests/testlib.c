@@ -8,7 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#if STOF_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#endif
 
 int test_passed, test_failed;
 
@@ -111,18 +113,23 @@ double test_max_abs_diff(const float *out, const float *ref, int64_t n)
 
 bool test_have_gpu(void)
 {
+#if STOF_HAVE_CUDA
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         (void)cudaGetLastError();
         return false;
     }
     return n > 0;
+#else
+    return false; /* a CPU-only build */
+#endif
 }
 
 void test_require_gpu(const char *test_name)
 {
     if (!test_have_gpu()) {
-        printf("%s: skipped: no CUDA device\n", test_name);
+        printf("%s: skipped: %s\n", test_name,
+               STOF_HAVE_CUDA ? "no CUDA device" : "a CPU-only build (STOF_CUDA=OFF)");
         exit(TEST_SKIP_CODE);
     }
 }

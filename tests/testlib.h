@@ -1,6 +1,6 @@
 /*
  * testlib.h — what every stof test shares: a seeded RNG for fresh random
- * inputs, output poisoning, the relative-error metric of device/METHOD
+ * inputs, output poisoning, the relative-error metric
  * (||out - ref|| / ||ref||), checks that count failures instead of
  * stopping, and the GPU-skip convention (exit 77 = skipped in ctest).
  */

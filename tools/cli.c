@@ -2,6 +2,7 @@
  * cli.c — option parsing and small utilities for the stof command.
  */
 #include "cli.h"
+#include "core/core.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 const char *cli_next(cli_args *a, bool *is_option)
 {
@@ -191,6 +193,36 @@ int cli_cmp_double(const void *x, const void *y)
 {
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
+}
+
+FILE *cli_open_input(const char *who, const char *path)
+{
+    FILE *f = NULL;
+    if (stof_file_open(path, true, &f) != STOF_OK) {
+        fprintf(stderr, "%s %s\n", who, stof_last_error());
+        return NULL;
+    }
+    return f;
+}
+
+void cli_progress(const char *what, int64_t done, int64_t total)
+{
+    static int tty = -1;
+    if (tty < 0) tty = isatty(STDERR_FILENO);
+    if (!tty || total <= 0) return;
+    if (done >= total) {
+        fprintf(stderr, "\r%72s\r", "");
+    } else {
+        enum { width = 30 };
+        char bar[width + 1];
+        int fill = (int)(width * done / total);
+        for (int i = 0; i < width; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[width] = '\0';
+        fprintf(stderr, "\r  [%s] %lld/%lld %-20.20s", bar, (long long)done, (long long)total,
+                what);
+    }
+    fflush(stderr);
 }
 
 static unsigned lcg(unsigned *state)

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "stof.h"
 
@@ -92,6 +93,13 @@ double cli_now_ms(void);
 int64_t cli_fill_inputs(int batch, int seq, unsigned seed, bool have_lengths, int32_t *lengths,
                         int vocab, int32_t *ids);
 int cli_cmp_double(const void *x, const void *y);
+/* A progress bar "  [####....] done/total what" redrawn on stderr when stderr is a
+ * terminal (nothing otherwise); done == total clears it. */
+void cli_progress(const char *what, int64_t done, int64_t total);
+/* Opens an input file (a regular file, or a FIFO or device: a pipe given by
+ * name); on failure prints "<who> <why>" (no such file, is a folder, ...) on
+ * stderr and returns NULL. */
+FILE *cli_open_input(const char *who, const char *path);
 
 int cmd_demo(cli_args *a);
 int cmd_mask(cli_args *a);

@@ -2,7 +2,9 @@
  * cmd_demo.c — `stof demo`: the library end to end on random inputs. It
  * compiles a mask, runs masked attention on the GPU when there is one (on the
  * CPU backend otherwise), checks a GPU result against the CPU backend on the
- * same rounded inputs, and reports times.
+ * same rounded inputs, and reports times. The default size runs in about a
+ * second on the CPU; a slow call (a large size on the CPU) is announced and
+ * followed by a progress bar.
  */
 #include "cli.h"
 #include "core/core.h"
@@ -12,8 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime_api.h>
-
 #define MAX_BATCH 4096
 
 static void demo_usage(void)
@@ -22,7 +22,7 @@ static void demo_usage(void)
            "                 [--lengths l1,l2,..] [--dtype f16|bf16|f32] [--device auto|cpu|gpu]\n"
            "                 [--iters N] [--seed S] [--threads N]\n"
            "defaults: --mask window:128,global:32 --batch 2 --heads 4 --seq 512 --dim 64\n"
-           "          --dtype f16 (f32 on the CPU) --iters 20\n"
+           "          --dtype f16 (f32 on the CPU) --iters 20 (5 on the CPU)\n"
            "--threads N: CPU threads (0, the default: every core)\n");
 }
 
@@ -74,16 +74,16 @@ typedef struct demo_buffers {
     stof_tensor t[4];
 } demo_buffers;
 
-static void free_buffers(demo_buffers *b)
+static void free_buffers(stof_ctx *ctx, demo_buffers *b)
 {
     for (int i = 0; i < 4; i++) {
         free(b->host[i]);
         free(b->ref[i]);
-        if (b->dev[i]) (void)cudaFree(b->dev[i]);
+        if (b->dev[i]) stof_dev_free(ctx, b->dev[i]);
     }
 }
 
-static stof_status alloc_buffers(demo_buffers *b, const demo_opts *o, bool gpu)
+static stof_status alloc_buffers(stof_ctx *ctx, demo_buffers *b, const demo_opts *o, bool gpu)
 {
     int64_t shape[4] = {o->batch, o->heads, o->seq, o->dim};
     int64_t n = (int64_t)o->batch * o->heads * o->seq * o->dim;
@@ -92,20 +92,23 @@ static stof_status alloc_buffers(demo_buffers *b, const demo_opts *o, bool gpu)
     for (int i = 0; i < 4; i++) {
         STOF_TRY(stof_host_alloc(bytes, &b->host[i]));
         STOF_TRY(stof_host_alloc((size_t)n * sizeof(float), (void **)&b->ref[i]));
-        if (i < 3) fill_random(b->host[i], b->ref[i], n, o->dtype, &state);
+        if (i < 3)
+            fill_random(b->host[i], b->ref[i], n, o->dtype, &state);
+        else
+            memset(b->host[i], 0xff, bytes); /* poison: NaN in every dtype */
         void *data = b->host[i];
         if (gpu) {
-            STOF_CUDA_TRY(cudaMalloc(&b->dev[i], bytes));
-            if (i < 3)
-                STOF_CUDA_TRY(cudaMemcpy(b->dev[i], b->host[i], bytes, cudaMemcpyHostToDevice));
-            else
-                STOF_CUDA_TRY(cudaMemset(b->dev[i], 0xff, bytes)); /* poison: NaN in f16/bf16 */
+            STOF_TRY(stof_dev_alloc(ctx, bytes, &b->dev[i]));
+            STOF_TRY(stof_dev_upload(ctx, b->dev[i], b->host[i], bytes));
             data = b->dev[i];
         }
         b->t[i] = stof_tensor_make(data, o->dtype, gpu ? STOF_MEM_DEVICE : STOF_MEM_HOST, 4, shape);
     }
     return STOF_OK;
 }
+
+/* Calls slower than this are announced on stderr, with a progress bar. */
+#define DEMO_SLOW_CALL_MS 500.0
 
 /* Median wall time of iters attention calls, synchronising after each. */
 static stof_status time_attention(stof_ctx *ctx, stof_mask *mask, demo_buffers *b, int iters,
@@ -115,11 +118,20 @@ static stof_status time_attention(stof_ctx *ctx, stof_mask *mask, demo_buffers *
     double *times = malloc(sizeof(double) * (size_t)iters);
     STOF_REQUIRE(times, STOF_ERR_OOM, "out of host memory");
     stof_status st = STOF_OK;
+    bool slow = false;
     for (int it = -2; it < iters && st == STOF_OK; it++) { /* two warm-up calls */
         double t0 = cli_now_ms();
         st = stof_attention(ctx, &ap, &b->t[0], &b->t[1], &b->t[2], mask, NULL, NULL, &b->t[3]);
         if (st == STOF_OK) st = stof_ctx_synchronize(ctx);
-        if (it >= 0) times[it] = cli_now_ms() - t0;
+        double ms = cli_now_ms() - t0;
+        if (it >= 0) times[it] = ms;
+        if (it == -2 && st == STOF_OK && ms > DEMO_SLOW_CALL_MS) {
+            slow = true;
+            fprintf(stderr, "stof demo: one attention call takes %.1f s here; timing %d more "
+                            "(about %.0f s; --iters and a smaller --seq or --batch run shorter)\n",
+                    ms / 1e3, iters + 1, ms * (iters + 1) / 1e3);
+        }
+        if (slow) cli_progress("attention calls", it + 3, iters + 2);
     }
     if (st == STOF_OK) {
         qsort(times, (size_t)iters, sizeof(double), cli_cmp_double);
@@ -170,7 +182,7 @@ int cmd_demo(cli_args *a)
                     .heads = 4,
                     .seq = 512,
                     .dim = 64,
-                    .iters = 20,
+                    .iters = 0, /* 20 on a GPU, 5 on the CPU */
                     .seed = 1,
                     .dtype = STOF_F16,
                     .device = STOF_DEVICE_AUTO};
@@ -189,6 +201,7 @@ int cmd_demo(cli_args *a)
     if ((st = stof_ctx_create(&cp, &ctx))) return cli_fail(a, "creating the context", st);
     bool gpu = stof_ctx_device(ctx) == STOF_DEVICE_GPU;
     if (!gpu && !o.dtype_set) o.dtype = STOF_F32;
+    if (!o.iters) o.iters = gpu ? 20 : 5;
     printf("stof %s on %s%s\n", stof_version(), stof_ctx_device_name(ctx),
            gpu ? "" : " (no GPU in use: CPU backend)");
     if ((st = stof_mask_spec_parse(o.mask, &spec))) {
@@ -213,7 +226,7 @@ int cmd_demo(cli_args *a)
         cli_fail(a, "reading mask statistics", st);
         goto done;
     }
-    if ((st = alloc_buffers(&buf, &o, gpu))) {
+    if ((st = alloc_buffers(ctx, &buf, &o, gpu))) {
         cli_fail(a, "allocating inputs", st);
         goto done;
     }
@@ -237,12 +250,14 @@ int cmd_demo(cli_args *a)
     /* Instances shared by several (b, h) pairs are computed once per pair. */
     double flops = 4.0 * (double)ms.nnz * o.dim * ((double)o.batch * o.heads / ms.instances);
     printf("attention     B=%d H=%d L=%d D=%d %s, %s kernel (%dx%d tiles, %d warps): %.3f ms, "
-           "%.2f effective TFLOP/s\n",
+           "%.2f effective %s\n",
            o.batch, o.heads, o.seq, o.dim, stof_dtype_name(o.dtype), kernel_names[choice.kernel],
-           choice.block_m, choice.block_n, choice.warps, ms_attn, flops / (ms_attn * 1e9));
+           choice.block_m, choice.block_n, choice.warps, ms_attn,
+           flops / (ms_attn * (gpu ? 1e9 : 1e6)), gpu ? "TFLOP/s" : "GFLOP/s");
     if (gpu) {
         size_t bytes = (size_t)o.batch * o.heads * o.seq * o.dim * stof_dtype_size(o.dtype);
-        if ((st = STOF_CUDA(cudaMemcpy(buf.host[3], buf.dev[3], bytes, cudaMemcpyDeviceToHost)))) {
+        if ((st = stof_dev_download(ctx, buf.host[3], buf.dev[3], bytes)) ||
+            (st = stof_ctx_synchronize(ctx))) {
             cli_fail(a, "reading the output", st);
             goto done;
         }
@@ -258,7 +273,7 @@ int cmd_demo(cli_args *a)
     }
     rc = 0;
 done:
-    free_buffers(&buf);
+    free_buffers(ctx, &buf);
     stof_mask_destroy(mask);
     stof_mask_spec_destroy(spec);
     stof_ctx_destroy(ctx);

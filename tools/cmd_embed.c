@@ -2,7 +2,9 @@
  * cmd_embed.c — `stof embed`: sentence embeddings of text with a model folder, as
  * sentence-transformers computes them (WordPiece ids truncated at the model's
  * max_seq_length, an encoder forward, the folder's pooling, L2 normalisation when
- * it has a Normalize module), printed as JSON lines {"text": ..., "embedding": [...]}.
+ * it has a Normalize module), printed as JSON lines {"text": ..., "embedding": [...]}
+ * (--no-text: {"embedding": [...]}) or, with --format npy, as one float32 [N, hidden]
+ * .npy array. Texts come from the arguments, --file, or standard input.
  *
  * Texts are taken a window at a time (a few batches' worth) through the library's
  * embedding pipeline (stof_model_embed: tokenized, sorted by token count so that each
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define EMBED_MAX_BATCH 4096
 #define EMBED_MIN_WINDOW 1024
@@ -26,9 +29,13 @@ static void embed_usage(void)
 {
     printf(
         "usage: stof embed --model DIR [--mask SPEC] [--device auto|cpu|gpu] [--dtype f16|bf16]\n"
-        "                  [--batch N] [--max-length N] (TEXT... | --file F)\n"
+        "                  [--batch N] [--max-length N] [--format jsonl|npy] [--no-text]\n"
+        "                  [TEXT... | --file F]\n"
         "Prints one JSON line {\"text\": ..., \"embedding\": [...]} per text, in input order.\n"
-        "  --file F        one text per line ('-': standard input); blank lines are skipped\n"
+        "  --file F        one text per line ('-': standard input); blank lines are skipped;\n"
+        "                  with no TEXT and no --file, the lines of standard input\n"
+        "  --format F      jsonl (default) or npy: one float32 [texts, hidden] array\n"
+        "  --no-text       JSON lines without the text: {\"embedding\": [...]}\n"
         "  --batch N       texts per forward (default 32); batches are sorted by length\n"
         "  --max-length N  truncate at N tokens, [CLS] and [SEP] included (default: the\n"
         "                  folder's max_seq_length, as sentence-transformers; at most the\n"
@@ -41,7 +48,8 @@ static void embed_usage(void)
 }
 
 typedef struct embed_opts {
-    const char *model, *mask, *file;
+    const char *model, *mask, *file, *format;
+    bool npy, no_text;
     int batch, max_length;
     int threads; /* CPU backend threads; 0: every core */
     stof_device device;
@@ -96,6 +104,8 @@ static int parse_embed(cli_args *a, embed_opts *o, text_list *args)
         CLI_OPT_DEVICE("--device", &o->device),
         CLI_OPT_DTYPE("--dtype", &o->dtype),
         CLI_OPT_INT("--threads", &o->threads, 0, 1024),
+        CLI_OPT_STRING("--format", &o->format),
+        CLI_OPT_FLAG("--no-text", &o->no_text),
     };
     const char *s;
     bool opt, texts_only = false;
@@ -125,8 +135,15 @@ static int parse_embed(cli_args *a, embed_opts *o, text_list *args)
         fprintf(stderr, "stof embed: give TEXT arguments or --file, not both\n");
         return -1;
     }
-    if (!o->file && !args->n) {
-        fprintf(stderr, "stof embed: no text to embed: give TEXT arguments or --file F\n");
+    if (!o->file && !args->n) o->file = "-"; /* the lines of standard input */
+    if (o->format && strcmp(o->format, "jsonl") != 0 && strcmp(o->format, "npy") != 0) {
+        fprintf(stderr, "stof embed: --format: '%s' is not one of jsonl, npy\n", o->format);
+        return -1;
+    }
+    o->npy = o->format && strcmp(o->format, "npy") == 0;
+    if (o->npy && isatty(STDOUT_FILENO)) {
+        fprintf(stderr, "stof embed: --format npy writes binary data: redirect the output to a "
+                        "file\n");
         return -1;
     }
     return 0;
@@ -168,11 +185,8 @@ static bool is_blank(const char *s, size_t len)
 static int read_lines(const char *path, text_list *t)
 {
     bool std_in = strcmp(path, "-") == 0;
-    FILE *f = std_in ? stdin : fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "stof embed: --file %s: %s\n", path, strerror(errno));
-        return 1;
-    }
+    FILE *f = std_in ? stdin : cli_open_input("stof embed: --file", path);
+    if (!f) return 1;
     size_t len = 0;
     bool ok = read_all(f, &t->buf, &len);
     bool read_error = ferror(f) != 0;
@@ -194,6 +208,11 @@ static int read_lines(const char *path, text_list *t)
         p = stop + 1;
     }
     if (!t->n) {
+        if (std_in) { /* nothing given anywhere: a usage error */
+            fprintf(stderr, "stof embed: no text to embed: standard input holds none (give TEXT "
+                            "arguments, --file F or lines on standard input)\n");
+            return 2;
+        }
         fprintf(stderr, "stof embed: --file %s holds no text (only blank lines)\n", path);
         return 1;
     }
@@ -264,17 +283,42 @@ static void put_json_string(FILE *f, const char *text, size_t len)
 
 static void put_embedding_line(FILE *f, const char *text, size_t len, const float *e, int hidden)
 {
-    fputs("{\"text\": ", f);
-    put_json_string(f, text, len);
-    fputs(", \"embedding\": [", f);
+    fputc('{', f);
+    if (text) {
+        fputs("\"text\": ", f);
+        put_json_string(f, text, len);
+        fputs(", ", f);
+    }
+    fputs("\"embedding\": [", f);
     for (int j = 0; j < hidden; j++)
         fprintf(f, j ? ", %.7g" : "%.7g", (double)e[j]);
     fputs("]}\n", f);
 }
 
+/* The header of a version 1.0 .npy file holding a C-order float32 [rows, cols]
+ * array: magic, header length, a Python dict literal padded to 64 bytes. */
+static void put_npy_header(FILE *f, size_t rows, int cols)
+{
+    const uint16_t one = 1;
+    char dict[128];
+    int n = snprintf(dict, sizeof dict,
+                     "{'descr': '%cf4', 'fortran_order': False, 'shape': (%zu, %d), }",
+                     *(const uint8_t *)&one ? '<' : '>', rows, cols);
+    int total = (10 + n + 1 + 63) / 64 * 64; /* magic + length + dict + '\n' */
+    int header = total - 10;
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc(header & 0xff, f);
+    fputc(header >> 8, f);
+    fwrite(dict, 1, (size_t)n, f);
+    for (int i = 10 + n; i < total - 1; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+}
+
 /* ---------------------------------------------------------------- the run */
 
 typedef struct embed_run {
+    const embed_opts *o;
     stof_model *model;
     stof_tokenizer *tok;
     stof_embed_params ep;
@@ -289,8 +333,13 @@ static int embed_window(const cli_args *a, embed_run *r, const text_list *t, siz
     stof_status st = stof_model_embed(r->model, r->tok, t->text + first, t->len + first,
                                       (int64_t)n, &r->ep, r->emb);
     if (st) return cli_fail(a, "embedding", st);
+    if (t->n > (size_t)r->ep.batch) cli_progress("texts", (int64_t)(first + n), (int64_t)t->n);
+    if (r->o->npy) {
+        fwrite(r->emb, sizeof(float), n * (size_t)r->hidden, stdout);
+        return 0;
+    }
     for (size_t i = 0; i < n; i++)
-        put_embedding_line(stdout, t->text[first + i], t->len[first + i],
+        put_embedding_line(stdout, r->o->no_text ? NULL : t->text[first + i], t->len[first + i],
                            r->emb + i * (size_t)r->hidden, r->hidden);
     return 0;
 }
@@ -320,6 +369,7 @@ static int embed_all(const cli_args *a, const embed_opts *o, const text_list *t,
     embed_run r;
     memset(&r, 0, sizeof r);
     r.ep = stof_embed_default_params();
+    r.o = o;
     stof_mask_spec *spec = NULL;
     stof_status st;
     int rc = 1;
@@ -351,6 +401,7 @@ static int embed_all(const cli_args *a, const embed_opts *o, const text_list *t,
         fprintf(stderr, "stof embed: out of memory for %zu embeddings\n", r.window);
         goto done;
     }
+    if (o->npy) put_npy_header(stdout, t->n, r.hidden);
     for (size_t first = 0; first < t->n; first += r.window) {
         size_t n = t->n - first < r.window ? t->n - first : r.window;
         if ((rc = embed_window(a, &r, t, first, n))) goto done;

@@ -18,7 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#if STOF_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#endif
 
 #define RUN_MAX_BATCH 4096
 
@@ -79,10 +81,13 @@ typedef struct run_buffers {
 static void free_run_buffers(run_buffers *b)
 {
     free(b->ids_host);
+#if STOF_HAVE_CUDA
     if (b->gpu) {
         if (b->hidden) (void)cudaFree(b->hidden);
         if (b->pooled) (void)cudaFree(b->pooled);
-    } else {
+    } else
+#endif
+    {
         free(b->hidden);
         free(b->pooled);
     }
@@ -101,10 +106,13 @@ static stof_status alloc_run_buffers(run_buffers *b, run_opts *o, const stof_mod
     *tokens = cli_fill_inputs(o->batch, o->seq, o->seed, o->nlen > 0, o->lengths, info->vocab,
                               b->ids_host);
     stof_memory mem = gpu ? STOF_MEM_DEVICE : STOF_MEM_HOST;
+#if STOF_HAVE_CUDA
     if (gpu) {
         STOF_CUDA_TRY(cudaMalloc(&b->hidden, hid_bytes));
         STOF_CUDA_TRY(cudaMalloc(&b->pooled, pool_bytes));
-    } else {
+    } else
+#endif
+    {
         STOF_TRY(stof_host_alloc(hid_bytes, &b->hidden));
         STOF_TRY(stof_host_alloc(pool_bytes, &b->pooled));
     }

@@ -111,7 +111,7 @@ class Int32Host:
     """A host I32 [n] tensor built from Python ints, owning its storage."""
 
     def __init__(self, values):
-        values = [int(v) for v in values]
+        values = [_lib.as_int(v, "a length") for v in values]
         self.values = tuple(values)
         self.storage = (ctypes.c_int32 * max(1, len(values)))(*values)
         t = _lib.Tensor()
@@ -130,5 +130,5 @@ def as_int_list(x):
         if len(x.shape) != 1:
             raise ValueError(f"expected a one-dimensional array of lengths, got shape "
                              f"{tuple(x.shape)}")
-        return [int(v) for v in x.tolist()]
-    return [int(v) for v in x]
+        return [_lib.as_int(v, "an element") for v in x.tolist()]
+    return [_lib.as_int(v, "an element") for v in x]

@@ -7,7 +7,10 @@ library that lacks a symbol (a part still under work) fails only the calls that
 need it, with a message naming the symbol.
 """
 
+import contextlib
 import ctypes
+import functools
+import operator
 import os
 import threading
 from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32, c_int64,
@@ -130,12 +133,24 @@ _path = None
 _bound = {}
 
 
+def _bundled():
+    """libstof.so installed inside the package by `pip install .` (see pyproject.toml)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for sub in ("lib", "lib64"):
+        path = os.path.join(here, sub, "libstof.so")
+        if os.path.exists(path):
+            return [path]
+    return []
+
+
 def _candidates():
+    """Where libstof is looked for, in order: the copy bundled in the installed
+    package, STOF_LIBRARY, the build/ folder of the source tree this package
+    sits in, the system loader."""
     env = os.environ.get("STOF_LIBRARY")
-    if env:
-        return [env]
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return [os.path.join(repo, "build", "libstof.so"), "libstof.so", "libstof.so.0"]
+    return (_bundled() + ([env] if env else []) +
+            [os.path.join(repo, "build", "libstof.so"), "libstof.so", "libstof.so.0"])
 
 
 def library_path():
@@ -152,11 +167,13 @@ def _load():
         if _handle is not None:
             return _handle
         tried = []
-        explicit = bool(os.environ.get("STOF_LIBRARY"))
+        explicit = os.environ.get("STOF_LIBRARY")
         for cand in _candidates():
             is_file = os.sep in cand
             if is_file and not os.path.exists(cand):
                 tried.append(f"{cand} (not found)")
+                if cand == explicit:
+                    break  # a library named by STOF_LIBRARY is the one wanted
                 continue
             try:
                 _handle = ctypes.CDLL(cand)
@@ -164,11 +181,12 @@ def _load():
                 return _handle
             except OSError as e:
                 tried.append(f"{cand} ({e})")
-                if explicit:
+                if cand == explicit:
                     break
         raise OSError("cannot load libstof: tried " + "; ".join(tried) +
-                      ". Build it (cmake --build build) or set STOF_LIBRARY "
-                      "to the path of libstof.so")
+                      ". Install the package with `pip install .` from the repository root, "
+                      "build the library (cmake --build build) or set STOF_LIBRARY to the "
+                      "path of libstof.so")
 
 
 def fn(name):
@@ -187,12 +205,50 @@ def fn(name):
     return f
 
 
+def as_int(value, name):
+    """value as a Python int: an int, a numpy or torch integer, or a float with no
+    fractional part (2.0). A fractional float (1.5), NaN, a str or another type
+    raises instead of being truncated the way int() would."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be an integer, got the {type(value).__name__} {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    if not f.is_integer():
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return int(f)
+
+
 def c_int(value, name):
-    """value as a C int; ctypes would silently wrap one that does not fit."""
-    v = int(value)
+    """value as a C int (as_int's rules); ctypes would silently wrap one that does not fit."""
+    v = as_int(value, name)
     if not -(1 << 31) <= v < (1 << 31):
         raise ValueError(f"{name} = {v} does not fit in a C int")
     return v
+
+
+def c_str(value, name):
+    """value as the bytes of a C string: a str (UTF-8), bytes, or an os.PathLike
+    (os.fsencode). C strings end at the first NUL, so one inside the value would
+    silently cut it short: that raises ValueError naming the position."""
+    if isinstance(value, str):
+        raw = value.encode("utf-8", "surrogateescape")
+    elif isinstance(value, bytes):
+        raw = value
+    elif isinstance(value, os.PathLike):
+        raw = os.fsencode(value)
+    else:
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    at = raw.find(b"\0")
+    if at >= 0:
+        raise ValueError(f"{name} contains a NUL character at byte {at}: C strings end there, "
+                         f"so the rest would be ignored")
+    return raw
 
 
 def last_error():
@@ -206,3 +262,59 @@ def call(name, *args):
     if status != 0:
         raise StofError(status, last_error(), name)
     return status
+
+
+class Lifetime:
+    """The life of an object that owns a C handle, shared between threads: calls
+    run inside use() (any number at once, nested in one thread too); close()
+    marks the object closed so that new calls raise ValueError, waits for the
+    calls in flight, and then lets the caller free the handle. Without it a
+    close() in one thread frees what a call in another is still using."""
+
+    def __init__(self, what):
+        self._what = what
+        self._cond = threading.Condition()
+        self._active = 0
+        self._closed = False
+        self._depth = threading.local()
+
+    @contextlib.contextmanager
+    def use(self):
+        depth = getattr(self._depth, "n", 0)
+        if depth == 0:
+            with self._cond:
+                if self._closed:
+                    raise ValueError(f"{self._what} is closed")
+                self._active += 1
+        self._depth.n = depth + 1
+        try:
+            yield
+        finally:
+            self._depth.n = depth
+            if depth == 0:
+                with self._cond:
+                    self._active -= 1
+                    if self._active == 0:
+                        self._cond.notify_all()
+
+    def begin_close(self):
+        """True once, for the close() that frees: after the calls in flight have
+        returned. False when the object was already closed."""
+        if getattr(self._depth, "n", 0):
+            raise RuntimeError(f"{self._what} cannot be closed from inside one of its calls")
+        with self._cond:
+            if self._closed:
+                return False
+            self._closed = True
+            while self._active:
+                self._cond.wait()
+        return True
+
+
+def in_use(method):
+    """Runs a method of an object with a `_life` Lifetime inside its use()."""
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        with self._life.use():
+            return method(self, *args, **kwargs)
+    return guarded

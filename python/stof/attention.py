@@ -88,7 +88,7 @@ def _seq_lengths(cu):
 
 def _max_length(cu, given):
     if given is not None:
-        return int(given)
+        return _lib.as_int(given, "max_seqlen")
     lens = _arrays.as_int_list(_seq_lengths(cu))
     if not lens:
         raise ValueError("cu_seqlens needs at least two entries (B + 1 prefix sums)")

@@ -49,7 +49,7 @@ class Mask:
         else:
             if not isinstance(text, str):
                 raise TypeError(f"a mask spec text must be a str, got {type(text).__name__}")
-            _lib.call("stof_mask_spec_parse", text.encode("utf-8"), ctypes.byref(handle))
+            _lib.call("stof_mask_spec_parse", _lib.c_str(text, "mask spec"), ctypes.byref(handle))
         self._handle = handle
         self._serial = next(_serials)
         self._edits = 0
@@ -108,7 +108,7 @@ class Mask:
 
     def random(self, block, per_row, seed=0):
         """BigBird random blocks: per_row block columns per block row, from seed."""
-        seed = int(seed)
+        seed = _lib.as_int(seed, "seed")
         if not 0 <= seed < (1 << 64):
             raise ValueError(f"seed = {seed} must be in [0, 2^64)")
         return self._add("stof_mask_spec_add_random", _lib.c_int(block, "block"),

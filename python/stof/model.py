@@ -26,7 +26,7 @@ from . import _arrays, _context, _lib
 from . import mask as _mask_module
 from .attention import _on_device
 from .mask import as_mask
-from .tokenizer import Tokenizer as _FolderTokenizer
+from .tokenizer import Tokenizer, _utf8
 
 
 class _ModelParams(Structure):
@@ -101,58 +101,6 @@ def _default_device(device):
     return "cuda" if int(_lib.fn("stof_gpu_count")()) > 0 else "cpu"
 
 
-def _utf8(text, i):
-    if not isinstance(text, str):
-        raise TypeError(f"texts must be str, got {type(text).__name__} at index {i}")
-    # Lone surrogates pass through as bytes the tokenizer reads as invalid UTF-8 (and drops).
-    return text.encode("utf-8", "surrogatepass")
-
-
-class Tokenizer:
-    """The WordPiece tokenizer of a model folder (the C tokenizer, ids identical to
-    Hugging Face's BertTokenizerFast)."""
-
-    def __init__(self, path):
-        handle = c_void_p()
-        _lib.call("stof_tokenizer_open", os.fsencode(path), ctypes.byref(handle))
-        self._handle = handle
-
-    def max_length(self, max_positions=0):
-        """The truncation length sentence-transformers uses ([CLS] and [SEP] included),
-        at most max_positions when that is > 0."""
-        return int(_lib.fn("stof_tokenizer_max_length")(self._handle, int(max_positions)))
-
-    def batch(self, texts, max_length):
-        """(ids int32 [B, L], lengths int32 [B]) numpy arrays: a right-padded batch."""
-        import numpy as np
-        raw = [_utf8(t, i) for i, t in enumerate(texts)]
-        n = len(raw)
-        if n == 0:
-            raise ValueError("no texts to tokenize")
-        max_length = _lib.c_int(max_length, "max_length")
-        ptrs = (c_char_p * n)(*raw)
-        lens = (c_size_t * n)(*[len(b) for b in raw])
-        ids = np.empty(n * max_length, dtype=np.int32)
-        lengths = np.empty(n, dtype=np.int32)
-        seq_len = c_int(0)
-        _lib.call("stof_tokenize_batch", self._handle, ptrs, lens, _lib.c_int(n, "batch"),
-                  max_length, ids.ctypes.data_as(_P(c_int32)), ids.size,
-                  lengths.ctypes.data_as(_P(c_int32)), ctypes.byref(seq_len))
-        L = seq_len.value
-        return ids[:n * L].reshape(n, L), lengths
-
-    def close(self):
-        if self._handle is not None and self._handle.value and not _mask_module._exiting:
-            _lib.fn("stof_tokenizer_destroy")(self._handle)
-        self._handle = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
 def _torch():
     import torch
     return torch
@@ -189,6 +137,7 @@ class Model:
     Model.from_pretrained(dir)."""
 
     def __init__(self, path, ctx, handle):
+        self._life = _lib.Lifetime(f"the model {path!r}")  # close() waits for calls in flight
         self.path = path
         self._ctx = ctx
         self._handle = handle
@@ -229,7 +178,7 @@ class Model:
         handle = c_void_p()
         with _on_device(ctx):
             ctx.follow_torch_stream()
-            _lib.call("stof_model_load", ctx.handle, os.fsencode(path), ctypes.byref(params),
+            _lib.call("stof_model_load", ctx.handle, _lib.c_str(path, "path"), ctypes.byref(params),
                       ctypes.byref(handle))
         return cls(path, ctx, handle)
 
@@ -254,10 +203,11 @@ class Model:
         """The folder's Tokenizer, loaded on first use (StofError when the folder has none)."""
         self._check_open()
         if self._tokenizer is None:
-            self._tokenizer = _FolderTokenizer(self.path)
+            self._tokenizer = Tokenizer(self.path)
         return self._tokenizer
 
     @property
+    @_lib.in_use
     def max_length(self):
         """Tokens per text encode() keeps: the folder's max_seq_length, within the positions."""
         return self.tokenizer.max_length(self._info.max_positions)
@@ -265,12 +215,13 @@ class Model:
     def _max_length(self, max_length):
         if max_length is None:
             return self.max_length
-        max_length = int(max_length)
+        max_length = _lib.as_int(max_length, "max_length")
         if not 2 <= max_length <= self._info.max_positions:
             raise ValueError(f"max_length {max_length} is outside [2, {self._info.max_positions}] "
                              f"(the model's max_position_embeddings)")
         return max_length
 
+    @_lib.in_use
     def tokenize(self, texts, max_length=None, return_tensors="np"):
         """{"input_ids", "attention_mask"} of a right-padded batch, as numpy int32 arrays
         (return_tensors="np") or torch int64 tensors ("pt"), ready for model(**batch)."""
@@ -348,6 +299,7 @@ class Model:
             _lib.call("stof_model_embed", self._handle, self.tokenizer._handle, ptrs, lens, n,
                       ctypes.byref(params), out.ctypes.data_as(_P(c_float)))
 
+    @_lib.in_use
     def encode(self, sentences, batch_size=32, normalize=None, as_torch=False, max_length=None,
                mask=None):
         """Sentence embeddings as sentence-transformers computes them: a float32 numpy
@@ -387,6 +339,7 @@ class Model:
             return _torch().from_numpy(out).to(self.device)
         return out
 
+    @_lib.in_use
     def __call__(self, input_ids, attention_mask=None, mask=None, token_type_ids=None):
         """The last hidden state [B, L, hidden] for token ids [B, L] (torch tensors, on the
         CPU or the model's device), as a torch tensor on the model's device in the run dtype
@@ -565,7 +518,10 @@ class Model:
             raise ValueError(f"the model {self.path!r} is closed")
 
     def close(self):
-        """Free the model (and its device memory) now."""
+        """Free the model (and its device memory) now, once the calls other threads
+        have in flight return; later calls raise ValueError."""
+        if not self._life.begin_close():
+            return
         self._ready[:] = []
         self._prepared = {}
         if self._tokenizer is not None:

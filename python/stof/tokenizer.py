@@ -63,6 +63,7 @@ _lib._SIGNATURES.update({
 def _utf8(text, i=0):
     if not isinstance(text, str):
         raise TypeError(f"texts must be str, got {type(text).__name__} at index {i}")
+    # Lone surrogates pass through as bytes the tokenizer reads as invalid UTF-8.
     return text.encode("utf-8", "surrogatepass")
 
 
@@ -78,7 +79,7 @@ class Tokenizer:
 
     def __init__(self, path):
         handle = c_void_p()
-        _lib.call("stof_tokenizer_open", os.fsencode(path), ctypes.byref(handle))
+        _lib.call("stof_tokenizer_open", _lib.c_str(path, "path"), ctypes.byref(handle))
         self._handle = handle
 
     @property

@@ -404,11 +404,13 @@ static stof_status choose(stof_ctx *ctx, const stof_attn_params *p, const attn_s
         out->split = t->split;
         return STOF_OK;
     }
+#if STOF_HAVE_CUDA
     if (p->kernel == STOF_ATTN_ROWWISE)
         STOF_REQUIRE(attn_rowwise_available((int)s->D, t->tile_n), STOF_ERR_UNSUPPORTED,
                      "the row-wise kernel takes tile_n <= 128 at head dims 32, 64, 128; the mask "
                      "has tiles %dx%d and the head dim is %lld",
                      t->tile_m, t->tile_n, (long long)s->D);
+#endif
     attn_problem prob = problem_of(s, mask);
     attn_device dev = device_of(ctx);
     if (t->split > ATTN_SM90_MAX_SPLIT) {
@@ -420,6 +422,7 @@ static stof_status choose(stof_ctx *ctx, const stof_attn_params *p, const attn_s
     return STOF_OK;
 }
 
+#if STOF_HAVE_CUDA
 /* The score modifiers (attn_mods) of a validated call. */
 static void fill_mods(const attn_shape *s, attn_launch *a)
 {
@@ -486,6 +489,7 @@ static void fill_launch(const attn_shape *s, const stof_tensor *q, const stof_te
     a->kv_group = (int)(s->H / s->Hkv);
     fill_mods(s, a);
 }
+#endif
 
 stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
                                 const stof_attn_choice *choice, const stof_tensor *q,
@@ -498,6 +502,7 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
     STOF_TRY(check_all(ctx, &p, q, k, v, mask, cu_seqlens_q, cu_seqlens_k, out, &s));
     if (ctx->device != STOF_DEVICE_GPU)
         return attn_cpu_run(&s, q, k, v, mask, cu_seqlens_q, cu_seqlens_k, out);
+#if STOF_HAVE_CUDA
     stof_attn_choice ch;
     if (choice) {
         const mask_tiles *t = stof_mask_tiles_view(mask);
@@ -559,6 +564,10 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
 #endif
     }
     return attn_rowwise_run(&a, ctx->stream);
+#else
+    (void)choice;
+    return stof_error(STOF_ERR_INTERNAL, "a GPU context in a build without CUDA");
+#endif
 }
 
 stof_status stof_attention(stof_ctx *ctx, const stof_attn_params *params, const stof_tensor *q,

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,6 +77,12 @@ struct stof_ctx {
     void (*cublaslt_destroy)(void *handle);
 };
 
+/* The GPU side of a context (context_gpu.c; in a CPU-only build, errors
+ * saying that the build has no CUDA). */
+stof_status stof_ctx_init_gpu(stof_ctx *ctx, const stof_ctx_params *p);
+void stof_ctx_release_gpu(stof_ctx *ctx);
+stof_status stof_ctx_sync_gpu(stof_ctx *ctx);
+
 /* Device workspace of at least bytes (contents undefined). Invalidates earlier
  * pointers when it grows, so take it once per call. */
 stof_status stof_ctx_workspace(stof_ctx *ctx, size_t bytes, void **out);
@@ -83,6 +90,11 @@ stof_status stof_ctx_workspace(stof_ctx *ctx, size_t bytes, void **out);
 /* Stream-ordered device allocation on the ctx's stream (cudaMallocAsync). */
 stof_status stof_dev_alloc(stof_ctx *ctx, size_t bytes, void **out);
 void stof_dev_free(stof_ctx *ctx, void *ptr);
+/* Copies between host and device memory, queued on the ctx's stream (the host
+ * side must stay valid until the stream reaches it; pageable host memory is
+ * staged before the call returns); with ctx NULL or a CPU ctx, synchronous. */
+stof_status stof_dev_download(stof_ctx *ctx, void *host_dst, const void *dev_src, size_t bytes);
+stof_status stof_dev_upload(stof_ctx *ctx, void *dev_dst, const void *host_src, size_t bytes);
 /* Host allocation that records an OOM error on failure. */
 stof_status stof_host_alloc(size_t bytes, void **out);
 stof_status stof_host_calloc(size_t count, size_t size, void **out);
@@ -97,6 +109,12 @@ stof_status stof_tensor_check_memory(const stof_ctx *ctx, const stof_tensor *t, 
 bool stof_tensor_is_contiguous(const stof_tensor *t);
 int64_t stof_tensor_numel(const stof_tensor *t);
 
+/* STOF_ERR_FORMAT naming the file, the tensor and the element when one of x[0..n)
+ * is NaN or infinite (a model's weights, checked as they are loaded). */
+/* The error for a non-finite value v at element i of a weight tensor (STOF_ERR_FORMAT). */
+stof_status stof_nonfinite_error(float v, int64_t i, const char *file, const char *tensor);
+stof_status stof_check_finite(const float *x, int64_t n, const char *file, const char *tensor);
+
 /* ---- host half precision (round to nearest even; NaN/Inf preserved) */
 
 uint16_t stof_f32_to_f16(float f);
@@ -106,6 +124,20 @@ float stof_bf16_to_f32(uint16_t h);
 /* Element i of a contiguous F32/F16/BF16 host buffer, as float. */
 float stof_load_f(const void *data, stof_dtype dtype, int64_t i);
 void stof_store_f(void *data, stof_dtype dtype, int64_t i, float v);
+
+/* ---- files (file.c): errors name the problem (no such file, is a folder, a FIFO
+ * where a regular file belongs, permission denied) */
+
+/* Whether anything (a file, a folder, ...) is at path. */
+bool stof_file_exists(const char *path);
+/* STOF_OK when path is a regular file, else STOF_ERR_IO saying what is there. */
+stof_status stof_file_check_regular(const char *path);
+/* Opens path for reading: a regular file, or with allow_stream also a FIFO or a
+ * character device (a pipe given as input); never blocks on a FIFO to check it. */
+stof_status stof_file_open(const char *path, bool allow_stream, FILE **out);
+/* The whole regular file, NUL-terminated (*len does not count the NUL);
+ * STOF_ERR_FORMAT when it is larger than max_bytes. */
+stof_status stof_read_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
 /* ---- small helpers */
 

@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime_api.h>
-
 static _Thread_local char last_error[1024];
 
 const char *stof_status_str(stof_status status)
@@ -41,18 +39,6 @@ stof_status stof_error(stof_status status, const char *fmt, ...)
     va_end(ap);
     stof_log(STOF_LOG_DEBUG, "%s: %s", stof_status_str(status), last_error);
     return status;
-}
-
-stof_status stof_cuda_status(int cuda_err, const char *what, const char *file, int line)
-{
-    if (cuda_err == (int)cudaSuccess) return STOF_OK;
-    cudaError_t e = (cudaError_t)cuda_err;
-    /* Clear the sticky-free error state so later calls are not blamed for it. */
-    (void)cudaGetLastError();
-    stof_status st = e == cudaErrorMemoryAllocation ? STOF_ERR_OOM : STOF_ERR_CUDA;
-    const char *base = strrchr(file, '/');
-    return stof_error(st, "%s failed: %s (%s) at %s:%d", what, cudaGetErrorString(e),
-                      cudaGetErrorName(e), base ? base + 1 : file, line);
 }
 
 static int log_threshold(void)

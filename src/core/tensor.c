@@ -190,3 +190,17 @@ void stof_store_f(void *data, stof_dtype dtype, int64_t i, float v)
     case STOF_I64: ((int64_t *)data)[i] = (int64_t)v; break;
     }
 }
+
+stof_status stof_nonfinite_error(float v, int64_t i, const char *file, const char *tensor)
+{
+    return stof_error(STOF_ERR_FORMAT,
+                      "%s: tensor '%s' holds %s at element %lld; a model's weights must be finite",
+                      file, tensor, isnan(v) ? "NaN" : "an infinity", (long long)i);
+}
+
+stof_status stof_check_finite(const float *x, int64_t n, const char *file, const char *tensor)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return stof_nonfinite_error(x[i], i, file, tensor);
+    return STOF_OK;
+}

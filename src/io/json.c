@@ -32,38 +32,7 @@ stof_status io_join_path(char *out, size_t cap, const char *dir, const char *nam
 
 stof_status io_read_file(const char *path, char **out, size_t *len)
 {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    STOF_REQUIRE(f, STOF_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    stof_status st = buf ? STOF_OK : stof_error(STOF_ERR_OOM, "out of memory reading %s", path);
-    while (st == STOF_OK) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        if (cap >= IO_MAX_FILE_BYTES) {
-            st =
-                stof_error(STOF_ERR_FORMAT, "%s is larger than %zu bytes", path, IO_MAX_FILE_BYTES);
-            break;
-        }
-        char *bigger = realloc(buf, 2 * cap + 1);
-        if (!bigger) {
-            st = stof_error(STOF_ERR_OOM, "out of memory reading %s", path);
-            break;
-        }
-        buf = bigger;
-        cap *= 2;
-    }
-    if (st == STOF_OK && ferror(f)) st = stof_error(STOF_ERR_IO, "cannot read %s", path);
-    fclose(f);
-    if (st != STOF_OK) {
-        free(buf);
-        return st;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return STOF_OK;
+    return stof_read_file(path, IO_MAX_FILE_BYTES, out, len);
 }
 
 stof_status io_json_parse(const char *text, size_t len, const char *name, cJSON **root)

@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime_api.h>
-
 stof_mask_params stof_mask_default_params(void)
 {
     stof_mask_params p;
@@ -202,9 +200,8 @@ static stof_status cpu_store(stof_ctx *ctx, const mask_plan *plan, const cpu_out
     void *dev = NULL;
     stof_status st = stof_dev_alloc(ctx, m->lay.total, &dev);
     if (st == STOF_OK)
-        st = STOF_CUDA(cudaMemcpyAsync(dev, host, m->lay.total, cudaMemcpyHostToDevice,
-                                       (cudaStream_t)ctx->stream));
-    /* A pageable source is staged before cudaMemcpyAsync returns: host can go now. */
+        st = stof_dev_upload(ctx, dev, host, m->lay.total);
+    /* A pageable source is staged before the copy call returns: host can go now. */
     free(host);
     if (st != STOF_OK) {
         stof_dev_free(ctx, dev);
@@ -392,8 +389,12 @@ stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
         m->memory = gpu_ctx ? STOF_MEM_DEVICE : STOF_MEM_HOST;
         m->est = plan.est;
         m->entries = m->partial = -1;
+#if STOF_HAVE_CUDA
         st = use_gpu ? mask_gpu_build(ctx, spec, &plan, params->reusable != 0, m)
                      : cpu_build(ctx, spec, &plan, m);
+#else
+        st = cpu_build(ctx, spec, &plan, m);
+#endif
         if (st == STOF_OK) m->t.all_visible = spec_all_visible(spec);
     }
     mask_plan_free(&plan);
@@ -417,7 +418,9 @@ void stof_mask_destroy(stof_mask *mask)
         free(mask->host_copy);
     }
     if (mask->scratch) stof_dev_free(mask->ctx, mask->scratch);
+#if STOF_HAVE_CUDA
     mask_gpu_replay_free(mask->replay);
+#endif
     free(mask);
 }
 
@@ -433,7 +436,11 @@ stof_status stof_mask_rebuild(stof_mask *mask)
         mask->host_copy = NULL;
     }
     mask->entries = mask->partial = -1;
+#if STOF_HAVE_CUDA
     return mask_gpu_relaunch(mask);
+#else
+    return stof_error(STOF_ERR_INTERNAL, "stof_mask_rebuild: a reusable mask in a CPU-only build");
+#endif
 }
 
 const mask_tiles *stof_mask_tiles_view(const stof_mask *mask)

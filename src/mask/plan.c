@@ -16,22 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime_api.h>
-
 /* Exact per-instance bounds while bm * tile rows stays below this; beyond it
  * the length-independent bound is used (cheaper on the host, looser). */
 #define PLAN_EXACT_ROWS_MAX 8192
 
 stof_status mask_download(stof_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
-    if (!ctx || ctx->device != STOF_DEVICE_GPU) {
-        STOF_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
-        return STOF_OK;
-    }
-    cudaStream_t s = (cudaStream_t)ctx->stream;
-    STOF_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
-    STOF_CUDA_TRY(cudaStreamSynchronize(s));
-    return STOF_OK;
+    STOF_TRY(stof_dev_download(ctx, dst, src, bytes));
+    return ctx ? stof_ctx_synchronize(ctx) : STOF_OK;
 }
 
 /* ---------------------------------------------------------------- validation */

@@ -10,16 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime_api.h>
-
 /* ---------------------------------------------------------------- host copies */
 
 static stof_status download(stof_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
-    if (!bytes) return STOF_OK;
-    STOF_CUDA_TRY(
-        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)ctx->stream));
-    return STOF_OK;
+    return stof_dev_download(ctx, dst, src, bytes);
 }
 
 /* Counts of the mask (read from the device for a GPU build). */
@@ -32,7 +27,7 @@ static stof_status mask_counts(stof_mask *m, int64_t *entries, int64_t *partial)
     }
     int32_t meta[4];
     STOF_TRY(download(m->ctx, meta, (const char *)m->storage + m->lay.meta, sizeof meta));
-    STOF_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)m->ctx->stream));
+    STOF_TRY(stof_ctx_synchronize(m->ctx));
     STOF_REQUIRE(meta[2] == 0 && meta[0] <= m->cap_entries && meta[1] <= m->cap_partial,
                  STOF_ERR_INTERNAL,
                  "compiled mask overflowed its bound (%d tiles, %d partial; room for %lld, %lld)",
@@ -73,7 +68,7 @@ stof_status stof_mask_to_host(stof_mask *mask, mask_tiles_host *out)
             st = download(mask->ctx, host + l.bits, src + mask->lay.bits, (size_t)entries * 4);
         if (st == STOF_OK)
             st = download(mask->ctx, host + l.bitmap, src + mask->lay.bitmap, bitmap_bytes);
-        if (st == STOF_OK) st = STOF_CUDA(cudaStreamSynchronize((cudaStream_t)mask->ctx->stream));
+        if (st == STOF_OK) st = stof_ctx_synchronize(mask->ctx);
     }
     if (st != STOF_OK) {
         free(host);

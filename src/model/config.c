@@ -26,50 +26,9 @@
 
 stof_status stof_model_read_text(const char *path, size_t max_bytes, char **out, size_t *len)
 {
-    STOF_REQUIRE(path && out, STOF_ERR_INVALID_ARG, "read_text: NULL argument");
-    *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    STOF_REQUIRE(fp, STOF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t used = 0, cap = 0;
-    stof_status st = STOF_OK;
-    for (;;) {
-        if (used == cap) {
-            if (cap > max_bytes) {
-                st = stof_error(STOF_ERR_FORMAT, "%s: larger than the %zu-byte limit", path,
-                                max_bytes);
-                break;
-            }
-            size_t ncap = cap ? cap * 2 : 4096;
-            char *nbuf = realloc(buf, ncap + 1);
-            if (!nbuf) {
-                st = stof_error(STOF_ERR_OOM, "%s: out of memory reading %zu bytes", path, ncap);
-                break;
-            }
-            buf = nbuf;
-            cap = ncap;
-        }
-        size_t r = fread(buf + used, 1, cap - used, fp);
-        used += r;
-        if (r == 0) {
-            if (ferror(fp)) st = stof_error(STOF_ERR_IO, "%s: read failed", path);
-            break;
-        }
-    }
-    fclose(fp);
-    if (st == STOF_OK && used > max_bytes)
-        st = stof_error(STOF_ERR_FORMAT, "%s: larger than the %zu-byte limit", path, max_bytes);
-    if (st != STOF_OK) {
-        free(buf);
-        return st;
-    }
-    if (!buf) {
-        buf = malloc(1);
-        STOF_REQUIRE(buf, STOF_ERR_OOM, "%s: out of memory", path);
-    }
-    buf[used] = '\0';
-    *out = buf;
-    if (len) *len = used;
+    size_t n;
+    STOF_TRY(stof_read_file(path, max_bytes, out, &n));
+    if (len) *len = n;
     return STOF_OK;
 }
 
@@ -632,8 +591,7 @@ static stof_status check_weights_present(bert_files *out)
 {
     STOF_TRY(join_path(out->config_path, sizeof out->config_path, out->dir, "config.json"));
     STOF_TRY(join_path(out->weights_path, sizeof out->weights_path, out->dir, "model.safetensors"));
-    STOF_REQUIRE(is_regular_file(out->config_path), STOF_ERR_IO, "%s: no such file",
-                 out->config_path);
+    STOF_TRY(stof_file_check_regular(out->config_path));
     if (is_regular_file(out->weights_path)) return STOF_OK;
     char other[BERT_PATH_MAX];
     STOF_TRY(join_path(other, sizeof other, out->dir, "model.safetensors.index.json"));
@@ -647,7 +605,7 @@ static stof_status check_weights_present(bert_files *out)
                  "%s: only model.safetensors is read; save the model with "
                  "safe_serialization=True",
                  other);
-    return stof_error(STOF_ERR_IO, "%s: no such file", out->weights_path);
+    return stof_file_check_regular(out->weights_path); /* says what is there instead */
 }
 
 static stof_status locate_sentence_transformers(const char *dir, const char *modules,
@@ -677,12 +635,12 @@ stof_status stof_bert_locate(const char *dir, bert_files *out)
     STOF_REQUIRE(is_directory(dir), STOF_ERR_IO, "%s: not a folder", dir);
     char probe[BERT_PATH_MAX];
     STOF_TRY(join_path(probe, sizeof probe, dir, "modules.json"));
-    if (is_regular_file(probe)) {
+    if (stof_file_exists(probe)) {
         STOF_TRY(locate_sentence_transformers(dir, probe, out));
         return check_weights_present(out);
     }
     STOF_TRY(join_path(probe, sizeof probe, dir, "config.json"));
-    if (is_regular_file(probe)) {
+    if (stof_file_exists(probe)) {
         STOF_TRY(join_path(out->dir, sizeof out->dir, dir, ""));
         return check_weights_present(out);
     }

@@ -103,9 +103,11 @@ stof_status stof_model_load(stof_ctx *ctx, const char *dir, const stof_model_par
     stof_status st = load_model(m, dir);
     if (st == STOF_OK) {
         fill_info(m, dtype);
+#if STOF_HAVE_CUDA
         if (ctx->device == STOF_DEVICE_GPU) st = enc_gpu_create(m);
         if (st == STOF_OK && m->gpu)
             enc_gpu_set_tune_cache(m->gpu, p.tune_cache, p.tune_cache_off != 0);
+#endif
     }
     if (st != STOF_OK) {
         stof_model_destroy(m);
@@ -118,7 +120,9 @@ stof_status stof_model_load(stof_ctx *ctx, const char *dir, const stof_model_par
 void stof_model_destroy(stof_model *model)
 {
     if (!model) return;
+#if STOF_HAVE_CUDA
     enc_gpu_destroy(model->gpu);
+#endif
     exec_cpu_ws_free(model->cpu);
     model_weights_free_host(&model->w);
     desc_free(&model->desc);
@@ -253,9 +257,11 @@ static stof_status read_lengths(stof_model *m, const stof_tensor *lengths, const
         for (int b = 0; b < B; b++)
             lens[b] = L;
     }
+#if STOF_HAVE_CUDA
     if (in_device(lengths) || in_device(mask) || in_device(r->ids) || in_device(r->types))
         STOF_TRY(enc_gpu_scan(m, r, in_device(mask) ? mask : NULL,
                               in_device(lengths) ? lengths : NULL, lens, &r->packed, &r->computed));
+#endif
     int max_pos = position_limit(m);
     int64_t T = 0;
     cu[0] = 0;
@@ -420,7 +426,10 @@ stof_status enc_forward_plan(stof_model *model, const stof_forward_params *param
     stof_forward_params p = params ? *params : stof_forward_default_params();
     enc_request r;
     STOF_TRY(check_forward(model, &p, ids, lengths, token_types, hidden_out, pooled_out, plan, &r));
-    return on_gpu(model) ? enc_gpu_forward(model, &r) : exec_cpu_forward(model, &r);
+#if STOF_HAVE_CUDA
+    if (on_gpu(model)) return enc_gpu_forward(model, &r);
+#endif
+    return exec_cpu_forward(model, &r);
 }
 
 stof_status stof_model_forward(stof_model *model, const stof_forward_params *params,

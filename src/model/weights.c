@@ -18,6 +18,7 @@
 
 #include <cjson/cJSON.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,15 +228,21 @@ static stof_status find_piece(loader *ld, int layer, const piece *p,
     return STOF_OK;
 }
 
-/* Writes a checked piece's rows at row0 of the stage, in the run dtype. */
-static void fill_piece(loader *ld, const piece *p, const safetensors_tensor *t, int64_t row0)
+/* Writes a checked piece's rows at row0 of the stage, in the run dtype; a
+ * non-finite weight is refused, naming the tensor and element. */
+static stof_status fill_piece(loader *ld, const piece *p, const safetensors_tensor *t,
+                              int64_t row0)
 {
     bool tr = role_name(ld->fam, p->role)->transposed && p->cols > 0;
     int64_t cols = p->cols ? p->cols : 1;
     for (int64_t r = 0; r < p->rows; r++)
-        for (int64_t c = 0; c < cols; c++)
-            write_elem(ld->stage, ld->dtype, (row0 + r) * cols + c,
-                       read_elem(t, tr ? c * p->rows + r : r * cols + c));
+        for (int64_t c = 0; c < cols; c++) {
+            int64_t at = tr ? c * p->rows + r : r * cols + c;
+            float v = read_elem(t, at);
+            if (!isfinite(v)) return stof_nonfinite_error(v, at, ld->ck.path, t->name);
+            write_elem(ld->stage, ld->dtype, (row0 + r) * cols + c, v);
+        }
+    return STOF_OK;
 }
 
 /* Concatenates pieces (rows stacked) into one canonical tensor and gives it
@@ -259,7 +266,7 @@ static stof_status put_tensor(loader *ld, int layer, const char *what, void **sl
         ld->stage_bytes = bytes;
     }
     for (int64_t i = 0, row0 = 0; i < n; row0 += pieces[i].rows, i++)
-        fill_piece(ld, &pieces[i], t[i], row0);
+        STOF_TRY(fill_piece(ld, &pieces[i], t[i], row0));
     char label[64];
     if (layer >= 0)
         snprintf(label, sizeof label, "layers.%d.%s", layer, what);

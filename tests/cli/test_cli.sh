@@ -320,6 +320,14 @@ test_mask()
     out_has "visible pairs 29690, density 0.4530"
     out_lines 14
     grep -qx 'FFp\.' "$tmp/out" || fail "stdout lacks the tile map row 'FFp.'"
+    # A map too wide to draw is refused before its dense decode (17 GB here) is made:
+    # under a 2 GB address-space limit the command still succeeds.
+    name="stof mask full --seq 131072 --map (2 GB address space)"
+    cases=$((cases + 1))
+    (ulimit -v 2000000 && exec "$STOF" mask full --seq 131072 --map --device cpu) \
+        >"$tmp/out" 2>"$tmp/err" || fail "exit $?, want 0"
+    out_has "(tile map omitted: 2048 tile columns, at most 128 are drawn)"
+    err_empty
 }
 
 test_embed()
@@ -353,8 +361,8 @@ test_embed()
     usage_error "stof embed: --dtype: 'f8' is not one of f16, bf16, f32" \
         embed --model "$model" --dtype f8 hi
     usage_error "stof embed: --model DIR is required (see stof embed --help)" embed hi
-    usage_error "stof embed: no text to embed: give TEXT arguments or --file F" \
-        embed --model "$model"
+    usage_error "stof embed: --format: 'csv' is not one of jsonl, npy" \
+        embed --model "$model" --format csv hi
     usage_error "stof embed: give TEXT arguments or --file, not both" \
         embed --model "$model" --file x.txt hi
     run_case 1 embed --device cpu --model "$TINY" "hello world"
@@ -375,6 +383,57 @@ test_embed()
     run_case 0 embed --device cpu --model "$model" --batch 1 --max-length 4 --file "$tmp/texts.txt"
     out_lines 2
     out_has '{"text": "world w9", "embedding": ['
+    cp "$tmp/out" "$tmp/from_file"
+
+    # No TEXT and no --file: the lines of standard input, the same embeddings.
+    name="stof embed (texts on standard input)"
+    cases=$((cases + 1))
+    "$STOF" embed --device cpu --model "$model" --batch 1 --max-length 4 <"$tmp/texts.txt" \
+        >"$tmp/out" 2>"$tmp/err" || fail "exit $?, want 0"
+    cmp -s "$tmp/out" "$tmp/from_file" || fail "stdout differs from the --file run's"
+    name="stof embed (empty standard input)"
+    cases=$((cases + 1))
+    "$STOF" embed --device cpu --model "$model" </dev/null >"$tmp/out" 2>"$tmp/err"
+    [ $? -eq 2 ] || fail "exit code, want 2"
+    err_has "stof embed: no text to embed: standard input holds none"
+    out_empty
+
+    # --no-text drops the text, nothing else.
+    run_case 0 embed --device cpu --model "$model" --batch 1 --max-length 4 --no-text \
+        --file "$tmp/texts.txt"
+    sed 's/^{"text": "[^"]*", /{/' "$tmp/from_file" >"$tmp/want"
+    cmp -s "$tmp/out" "$tmp/want" || fail "stdout is not the --file run's lines without text"
+
+    # --format npy: one float32 [2, 64] array holding the JSON lines' values.
+    run_case 0 embed --device cpu --model "$model" --batch 1 --max-length 4 --format npy \
+        --file "$tmp/texts.txt"
+    [ "$(head -c 6 "$tmp/out" | tail -c 5)" = NUMPY ] || fail "stdout is not a .npy file"
+    if python3 -c 'import numpy' 2>/dev/null; then
+        python3 - "$tmp/out" "$tmp/from_file" <<'PY' || fail "the .npy array differs from the JSON lines"
+import json, sys
+import numpy as np
+a = np.load(sys.argv[1])
+want = np.array([json.loads(line)["embedding"] for line in open(sys.argv[2])], dtype=np.float32)
+assert a.dtype == np.float32 and a.shape == want.shape == (2, 64), (a.dtype, a.shape)
+assert np.allclose(a, want, rtol=1e-6, atol=1e-7)
+PY
+    fi
+
+    # A folder or FIFO where a file belongs is named as such.
+    mkdir -p "$tmp/folder"
+    run_case 1 embed --device cpu --model "$model" --file "$tmp/folder"
+    err_line "stof embed: --file $tmp/folder: is a folder, not a file"
+    for what in config.json model.safetensors vocab.txt; do
+        bad=$tmp/bad_$what
+        rm -rf "$bad" && cp -r "$model" "$bad" && rm "$bad/$what" && mkdir "$bad/$what"
+        run_case 1 embed --device cpu --model "$bad" hello
+        err_has "$bad/$what: is a folder, not a file"
+    done
+    bad=$tmp/bad_fifo
+    rm -rf "$bad" && cp -r "$model" "$bad" && rm "$bad/model.safetensors" &&
+        mkfifo "$bad/model.safetensors"
+    run_case 1 embed --device cpu --model "$bad" hello
+    err_has "$bad/model.safetensors: is a FIFO (named pipe), not a regular file"
 }
 
 if [ ! -x "$STOF" ]; then
