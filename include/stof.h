@@ -483,6 +483,29 @@ STOF_API stof_status stof_tokenize_batch(const stof_tokenizer *tok, const char *
                                          int32_t *ids, size_t ids_cap, int32_t *lengths,
                                          int *seq_len);
 
+/* ---------------------------------------------------------------- embeddings */
+
+/*
+ * Sentence embeddings as sentence-transformers computes them, the one pipeline
+ * behind `stof embed` and stof.Model.encode: texts[0..n) (lens NULL: NUL-
+ * terminated) tokenized by tok and truncated at max_length, sorted by token
+ * count so that each batch pads little, run batch by batch with the model's
+ * pooling (L2-normalised when the folder has a Normalize module), written to
+ * out (F32 host [n, hidden]) in input order. A non-finite embedding is an
+ * error naming the text.
+ */
+typedef struct stof_embed_params {
+    int batch;                  /* texts per forward (default 32) */
+    int max_length;             /* ids per text, [CLS] and [SEP] included; 0 (default):
+                                   the folder's (stof_tokenizer_max_length) */
+    const stof_mask_spec *mask; /* attention mask; NULL: dense */
+} stof_embed_params;
+
+STOF_API stof_embed_params stof_embed_default_params(void);
+STOF_API stof_status stof_model_embed(stof_model *model, const stof_tokenizer *tok,
+                                      const char *const *texts, const size_t *lens, int64_t n,
+                                      const stof_embed_params *params, float *out);
+
 #ifdef __cplusplus
 }
 #endif

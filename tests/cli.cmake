@@ -3,7 +3,7 @@
 # checked by tests/cli/test_cli.sh, one test per subcommand. None needs a GPU
 # (stof tune is only asked for its help and option errors).
 if(TARGET stof_cli)
-  foreach(group general run tune demo mask embed)
+  foreach(group general run tune demo mask embed score)
     add_test(NAME test_cli_${group}
              COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli.sh $<TARGET_FILE:stof_cli>
                      ${CMAKE_SOURCE_DIR} ${group})

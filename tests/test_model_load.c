@@ -6,10 +6,13 @@
  * broken files and folders are made in a temporary directory, and each must
  * fail with its status and a message that names the problem. A final round of
  * random mutations of a real header must never crash or accept a file whose
- * tensors leave the data section.
+ * tensors leave the data section. The engine's canonical loader (weights.c)
+ * must give the same tensors as the fp32 BERT loader, rounded once to the
+ * run dtype, through a weight sink that sees each tensor once.
  */
 #include "model/config.h"
 #include "io/safetensors.h"
+#include "model/engine.h"
 #include "model/weights.h"
 #include "testlib.h"
 
@@ -332,6 +335,117 @@ static void test_tiny_folders(void)
     stof_bert_weights_free(&st);
     stof_bert_weights_free(&st_root);
     stof_bert_weights_free(NULL);
+}
+
+/* ---- the canonical loader (engine.h) against the fp32 BERT loader */
+
+/* A sink that counts what it is given and fails at put number fail_at (0: never). */
+typedef struct counting_sink {
+    weight_sink sink, host;
+    int puts, fail_at;
+    char first[32], last[32];
+} counting_sink;
+
+static stof_status counting_put(weight_sink *sink, const char *what, void **slot,
+                                const void *src, size_t bytes)
+{
+    counting_sink *c = sink->user;
+    c->puts++;
+    if (c->puts == 1) snprintf(c->first, sizeof c->first, "%s", what);
+    snprintf(c->last, sizeof c->last, "%s", what);
+    if (c->puts == c->fail_at) return stof_error(STOF_ERR_OOM, "sink full at %s", what);
+    return c->host.put(&c->host, what, slot, src, bytes);
+}
+
+/* Element i of a canonical tensor in dtype, as the run dtype rounds ref. */
+static bool same_rounded(const void *t, stof_dtype dtype, const float *ref, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float want = ref[i];
+        if (dtype == STOF_F16) want = stof_f16_to_f32(stof_f32_to_f16(ref[i]));
+        if (dtype == STOF_BF16) want = stof_bf16_to_f32(stof_f32_to_bf16(ref[i]));
+        float got = dtype == STOF_F32    ? ((const float *)t)[i]
+                    : dtype == STOF_F16 ? stof_f16_to_f32(((const uint16_t *)t)[i])
+                                        : stof_bf16_to_f32(((const uint16_t *)t)[i]);
+        if (memcmp(&got, &want, sizeof got) != 0) return false;
+    }
+    return true;
+}
+
+static void check_canonical(const char *sub, const bert_weights *ref, stof_dtype dtype)
+{
+    char dir[1024];
+    path_join(dir, sizeof dir, data_dir, sub);
+    model_files files;
+    model_desc d;
+    const family_def *fam = NULL;
+    CHECK_OK(model_load_files(dir, &files, &fam, &d));
+    if (!fam) return;
+    counting_sink c = {.host = weight_sink_host()};
+    c.sink = (weight_sink){counting_put, &c};
+    model_weights w;
+    CHECK_OK(model_load_weights(&files, fam, &d, dtype, &c.sink, &w));
+    const bert_config *cf = &ref->config;
+    int64_t H = cf->hidden_size, I = cf->intermediate_size;
+    CHECK(strcmp(fam->name, "bert") == 0 && d.layers == cf->num_hidden_layers && d.hidden == H,
+          "%s: family %s, %d layers, hidden %d", sub, fam->name, d.layers, d.hidden);
+    CHECK(c.puts == 5 + 12 * d.layers && strcmp(c.first, "tok_emb") == 0 &&
+              strcmp(c.last, "layers.1.down_b") == 0,
+          "%s: %d tensors put, first %s, last %s", sub, c.puts, c.first, c.last);
+    CHECK(w.n_params == ref->n_params && w.dtype == dtype, "%s: %lld params vs %lld", sub,
+          (long long)w.n_params, (long long)ref->n_params);
+    const char *t = stof_dtype_name(dtype);
+    CHECK(same_rounded(w.tok_emb, dtype, ref->word_emb, (int64_t)cf->vocab_size * H) &&
+              same_rounded(w.pos_emb, dtype, ref->pos_emb, (int64_t)cf->max_position_embeddings * H) &&
+              same_rounded(w.type_emb, dtype, ref->type_emb, (int64_t)cf->type_vocab_size * H) &&
+              same_rounded(w.emb_norm, dtype, ref->emb_ln_g, H) &&
+              same_rounded(w.emb_norm_b, dtype, ref->emb_ln_b, H),
+          "%s %s: embeddings", sub, t);
+    for (int i = 0; i < d.layers; i++) {
+        const layer_weights *l = &w.layer[i];
+        const bert_layer_weights *r = &ref->layers[i];
+        CHECK(same_rounded(l->qkv, dtype, r->qkv_w, 3 * H * H) &&
+                  same_rounded(l->qkv_b, dtype, r->qkv_b, 3 * H) &&
+                  same_rounded(l->o, dtype, r->attn_out_w, H * H) &&
+                  same_rounded(l->o_b, dtype, r->attn_out_b, H) &&
+                  same_rounded(l->attn_norm, dtype, r->attn_ln_g, H) &&
+                  same_rounded(l->attn_norm_b, dtype, r->attn_ln_b, H) &&
+                  same_rounded(l->mlp_in, dtype, r->inter_w, I * H) &&
+                  same_rounded(l->mlp_in_b, dtype, r->inter_b, I) &&
+                  same_rounded(l->down, dtype, r->out_w, H * I) &&
+                  same_rounded(l->down_b, dtype, r->out_b, H) &&
+                  same_rounded(l->mlp_norm, dtype, r->out_ln_g, H) &&
+                  same_rounded(l->mlp_norm_b, dtype, r->out_ln_b, H),
+              "%s %s: layer %d", sub, t, i);
+    }
+    CHECK(w.lm_head == NULL && w.final_norm == NULL, "%s: an encoder has no head, no final norm",
+          sub);
+    model_weights_free_host(&w);
+    /* A sink that fails stops the load with its error. */
+    counting_sink f = {.host = weight_sink_host(), .fail_at = 7};
+    f.sink = (weight_sink){counting_put, &f};
+    CHECK_FAIL(model_load_weights(&files, fam, &d, dtype, &f.sink, &w), STOF_ERR_OOM,
+               "sink full at layers.0.attn_norm_b");
+    CHECK(f.puts == 7, "%s: %d puts after the sink failed", sub, f.puts);
+    model_weights_free_host(&w);
+    desc_free(&d);
+}
+
+static void test_canonical_loader(void)
+{
+    static const char *const subs[] = {"tiny_bert", "tiny_bert_f16", "tiny_bert_prefixed",
+                                       "tiny_bert_st", "tiny_bert_st_root"};
+    const stof_dtype dtypes[] = {STOF_F32, STOF_F16, STOF_BF16};
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        char dir[1024];
+        path_join(dir, sizeof dir, data_dir, subs[i]);
+        bert_weights ref;
+        CHECK_OK(stof_bert_load_dir(dir, NULL, &ref));
+        if (!ref.storage) continue;
+        for (size_t j = 0; j < sizeof dtypes / sizeof dtypes[0]; j++)
+            check_canonical(subs[i], &ref, dtypes[j]);
+        stof_bert_weights_free(&ref);
+    }
 }
 
 /* The prefixed file carries a pooler, a classifier and an I64 buffer: the
@@ -907,6 +1021,7 @@ int main(void)
         return 1;
     }
     test_tiny_folders();
+    test_canonical_loader();
     test_lookup();
     test_malformed_headers();
     test_malformed_lengths();

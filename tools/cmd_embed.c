@@ -4,9 +4,10 @@
  * max_seq_length, an encoder forward, the folder's pooling, L2 normalisation when
  * it has a Normalize module), printed as JSON lines {"text": ..., "embedding": [...]}.
  *
- * Texts are taken a window at a time (a few batches' worth), tokenized, sorted by
- * token count so that each batch pads little, run in batches, and printed in input
- * order when the window is done: memory stays bounded however long --file is.
+ * Texts are taken a window at a time (a few batches' worth) through the library's
+ * embedding pipeline (stof_model_embed: tokenized, sorted by token count so that each
+ * batch pads little, run in batches) and printed in input order when the window is
+ * done: memory stays bounded however long --file is.
  * Lines of --file that are empty or only whitespace are skipped (a blank line is a
  * separator, not a sentence); a TEXT argument is always embedded, even "".
  */
@@ -14,19 +15,12 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define EMBED_MAX_BATCH 4096
 #define EMBED_MIN_WINDOW 1024
-
-#define EMBED_TRY(expr)                                                                            \
-    do {                                                                                           \
-        stof_status embed_st_ = (expr);                                                            \
-        if (embed_st_ != STOF_OK) return embed_st_;                                                \
-    } while (0)
 
 static void embed_usage(void)
 {
@@ -280,114 +274,18 @@ static void put_embedding_line(FILE *f, const char *text, size_t len, const floa
 typedef struct embed_run {
     stof_model *model;
     stof_tokenizer *tok;
-    stof_forward_params fp;
-    int hidden, max_len, batch;
+    stof_embed_params ep;
+    int hidden;
     size_t window;
-    int32_t *tokens;  /* [window, max_len]: the ids of each text of the window */
-    int32_t *lengths; /* [window] */
-    int32_t *order;   /* [window]: positions in the window, longest first */
-    int32_t *ids;     /* [batch, max_len]: one padded batch */
-    int32_t *blens;   /* [batch] */
-    float *pooled;    /* [batch, hidden] */
-    float *emb;       /* [window, hidden], in input order */
+    float *emb; /* [window, hidden], in input order */
 } embed_run;
 
-static void free_run(embed_run *r)
-{
-    free(r->tokens);
-    free(r->lengths);
-    free(r->order);
-    free(r->ids);
-    free(r->blens);
-    free(r->pooled);
-    free(r->emb);
-}
-
-static bool alloc_run(embed_run *r)
-{
-    size_t w = r->window, b = (size_t)r->batch, ml = (size_t)r->max_len, h = (size_t)r->hidden;
-    r->tokens = malloc(w * ml * sizeof *r->tokens);
-    r->lengths = malloc(w * sizeof *r->lengths);
-    r->order = malloc(w * sizeof *r->order);
-    r->ids = malloc(b * ml * sizeof *r->ids);
-    r->blens = malloc(b * sizeof *r->blens);
-    r->pooled = malloc(b * h * sizeof *r->pooled);
-    r->emb = malloc(w * h * sizeof *r->emb);
-    return r->tokens && r->lengths && r->order && r->ids && r->blens && r->pooled && r->emb;
-}
-
-static const int32_t *sort_lengths; /* qsort has no context argument */
-
-static int longer_first(const void *x, const void *y)
-{
-    int32_t i = *(const int32_t *)x, j = *(const int32_t *)y;
-    if (sort_lengths[i] != sort_lengths[j]) return sort_lengths[j] - sort_lengths[i];
-    return (i > j) - (i < j);
-}
-
-static stof_status tokenize_window(embed_run *r, const text_list *t, size_t first, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        const char *text = t->text[first + i];
-        size_t len = t->len[first + i];
-        EMBED_TRY(stof_tokenize_batch(r->tok, &text, &len, 1, r->max_len,
-                                      r->tokens + i * (size_t)r->max_len, (size_t)r->max_len,
-                                      r->lengths + i, NULL));
-        r->order[i] = (int32_t)i;
-    }
-    sort_lengths = r->lengths;
-    qsort(r->order, n, sizeof *r->order, longer_first);
-    return STOF_OK;
-}
-
-/* Texts order[first .. first + count) of the window through one forward. */
-static stof_status run_batch(embed_run *r, size_t first, int count)
-{
-    int L = 0;
-    for (int b = 0; b < count; b++) {
-        r->blens[b] = r->lengths[r->order[first + (size_t)b]];
-        if (r->blens[b] > L) L = r->blens[b];
-    }
-    for (int b = 0; b < count; b++) {
-        const int32_t *src = r->tokens + (size_t)r->order[first + (size_t)b] * (size_t)r->max_len;
-        int32_t *dst = r->ids + (size_t)b * (size_t)L;
-        memcpy(dst, src, (size_t)r->blens[b] * sizeof *dst);
-        for (int j = r->blens[b]; j < L; j++)
-            dst[j] = 0; /* padding is never read */
-    }
-    int64_t sh_ids[2] = {count, L}, sh_len[1] = {count}, sh_pool[2] = {count, r->hidden};
-    stof_tensor ids = stof_tensor_make(r->ids, STOF_I32, STOF_MEM_HOST, 2, sh_ids);
-    stof_tensor lens = stof_tensor_make(r->blens, STOF_I32, STOF_MEM_HOST, 1, sh_len);
-    stof_tensor pooled = stof_tensor_make(r->pooled, STOF_F32, STOF_MEM_HOST, 2, sh_pool);
-    EMBED_TRY(stof_model_forward(r->model, &r->fp, &ids, &lens, NULL, NULL, &pooled));
-    for (int b = 0; b < count; b++)
-        memcpy(r->emb + (size_t)r->order[first + (size_t)b] * (size_t)r->hidden,
-               r->pooled + (size_t)b * (size_t)r->hidden, (size_t)r->hidden * sizeof(float));
-    return STOF_OK;
-}
-
-/* Index of the first non-finite value of the window's embeddings, or -1. */
-static long first_non_finite(const float *e, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(e[i])) return (long)i;
-    return -1;
-}
-
+/* One window of texts through the library's pipeline (stof_model_embed), printed in order. */
 static int embed_window(const cli_args *a, embed_run *r, const text_list *t, size_t first, size_t n)
 {
-    stof_status st = tokenize_window(r, t, first, n);
-    if (st) return cli_fail(a, "tokenizing", st);
-    for (size_t i = 0; i < n; i += (size_t)r->batch) {
-        int count = (int)(n - i < (size_t)r->batch ? n - i : (size_t)r->batch);
-        if ((st = run_batch(r, i, count))) return cli_fail(a, "running the model", st);
-    }
-    long bad = first_non_finite(r->emb, n * (size_t)r->hidden);
-    if (bad >= 0) {
-        fprintf(stderr, "stof embed: the embedding of text %zu is not finite (component %ld)\n",
-                first + (size_t)bad / (size_t)r->hidden + 1, bad % r->hidden);
-        return 1;
-    }
+    stof_status st = stof_model_embed(r->model, r->tok, t->text + first, t->len + first,
+                                      (int64_t)n, &r->ep, r->emb);
+    if (st) return cli_fail(a, "embedding", st);
     for (size_t i = 0; i < n; i++)
         put_embedding_line(stdout, t->text[first + i], t->len[first + i],
                            r->emb + i * (size_t)r->hidden, r->hidden);
@@ -418,6 +316,7 @@ static int embed_all(const cli_args *a, const embed_opts *o, const text_list *t,
 {
     embed_run r;
     memset(&r, 0, sizeof r);
+    r.ep = stof_embed_default_params();
     stof_mask_spec *spec = NULL;
     stof_status st;
     int rc = 1;
@@ -438,17 +337,15 @@ static int embed_all(const cli_args *a, const embed_opts *o, const text_list *t,
         cli_fail(a, "loading the model", st);
         goto done;
     }
-    if ((rc = resolve_max_length(o, &info, r.tok, &r.max_len))) goto done;
+    if ((rc = resolve_max_length(o, &info, r.tok, &r.ep.max_length))) goto done;
     rc = 1;
-    r.fp = stof_forward_default_params();
-    r.fp.mask = spec;
+    r.ep.mask = spec;
+    r.ep.batch = o->batch;
     r.hidden = info.hidden;
-    r.batch = o->batch;
     r.window = (size_t)(4 * o->batch > EMBED_MIN_WINDOW ? 4 * o->batch : EMBED_MIN_WINDOW);
     if (r.window > t->n) r.window = t->n;
-    if (!alloc_run(&r)) {
-        fprintf(stderr, "stof embed: out of memory for batches of %d x %d tokens\n", r.batch,
-                r.max_len);
+    if (!(r.emb = malloc(r.window * (size_t)r.hidden * sizeof *r.emb))) {
+        fprintf(stderr, "stof embed: out of memory for %zu embeddings\n", r.window);
         goto done;
     }
     for (size_t first = 0; first < t->n; first += r.window) {
@@ -460,7 +357,7 @@ static int embed_all(const cli_args *a, const embed_opts *o, const text_list *t,
         rc = 1;
     }
 done:
-    free_run(&r);
+    free(r.emb);
     stof_model_destroy(r.model);
     stof_tokenizer_destroy(r.tok);
     stof_mask_spec_destroy(spec);

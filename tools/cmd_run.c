@@ -1,7 +1,8 @@
 /*
- * cmd_run.c — `stof run`: load a BERT model folder, run encoder forwards on
+ * cmd_run.c — `stof run`: load a model folder of any family, run forwards on
  * random token ids and report the median time per forward and the real
- * tokens per second.
+ * tokens per second. A batch whose buffers cannot fit the memory left is
+ * refused up front with the sizes, rather than being killed mid-run.
  *
  * Lengths are drawn uniformly from [L/2, L] with the seed (the benchmark
  * shapes of BENCH.md) unless --lengths gives them; throughput counts real
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -110,6 +112,39 @@ static stof_status alloc_run_buffers(run_buffers *b, run_opts *o, const stof_mod
     return STOF_OK;
 }
 
+/* Bytes a forward of this batch needs beyond the weights: the outputs, and on
+ * the CPU the executor's fp32 scratch (exec_cpu.c: about eight hidden-wide
+ * rows, the qkv rows and three intermediate-wide rows per token, and a mask
+ * plane per head of the longest sequence). */
+static double forward_bytes(const run_opts *o, const stof_model_info *info, bool gpu)
+{
+    double B = o->batch, L = o->seq, H = info->hidden, I = info->intermediate;
+    double qkv = (double)(info->heads + 2 * info->kv_heads) * info->head_dim;
+    double out = B * L * H * (double)stof_dtype_size(info->dtype) + B * H * 4.0;
+    if (gpu) return out;
+    return out + B * L * (8.0 * H + qkv + 3.0 * I) * 4.0 + (double)info->heads * L * L;
+}
+
+/* Refuses a batch that cannot fit: host memory available now (CPU), or the
+ * device's free memory (GPU). */
+static stof_status check_fits(const run_opts *o, const stof_model_info *info, bool gpu)
+{
+    double need = forward_bytes(o, info, gpu), have;
+    if (gpu) {
+        size_t free_b = 0, total_b = 0;
+        STOF_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+        have = (double)free_b;
+    } else {
+        have = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    }
+    STOF_REQUIRE(need <= 0.9 * have, STOF_ERR_OOM,
+                 "batch B=%d L=%d needs about %.2f GiB of %s memory for its activations and "
+                 "outputs; %.2f GiB are free: use a smaller --batch or --seq",
+                 o->batch, o->seq, need / 1073741824.0, gpu ? "device" : "host",
+                 have / 1073741824.0);
+    return STOF_OK;
+}
+
 /* Median and minimum wall time of iters forwards, synchronising after each;
  * two warm-up forwards first (the first at a shape sets up its workspace). */
 static stof_status time_forwards(stof_ctx *ctx, stof_model *m, const stof_forward_params *fp,
@@ -174,6 +209,10 @@ int cmd_run(cli_args *a)
         goto done;
     }
     int64_t tokens = 0;
+    if ((st = check_fits(&o, &info, gpu))) {
+        cli_fail(a, "checking the batch size", st);
+        goto done;
+    }
     if ((st = alloc_run_buffers(&buf, &o, &info, gpu, &tokens))) {
         cli_fail(a, "allocating inputs", st);
         goto done;
@@ -184,6 +223,8 @@ int cmd_run(cli_args *a)
            "run dtype %s, loaded in %.1f ms\n",
            o.model, info.layers, info.hidden, info.heads, info.head_dim, info.intermediate,
            info.vocab, stof_dtype_name(info.dtype), load_ms);
+    printf("family        %s (model_type %s), %d kv heads, %s\n", info.family, info.model_type,
+           info.kv_heads, info.is_decoder ? "decoder" : "encoder");
     stof_forward_params fp = stof_forward_default_params();
     fp.mask = spec;
     fp.eager = o.eager;

@@ -16,9 +16,10 @@ static void usage(FILE *f)
             "  demo     compile a mask, run masked attention on random inputs, check it\n"
             "           against the CPU backend and time it (GPU when present)\n"
             "  mask     compile a mask spec and show its tile structure and density\n"
-            "  run      run encoder forwards of a model folder on random token ids and time them\n"
+            "  run      run forwards of a model folder (any family) on random token ids and time them\n"
             "  tune     search the fastest execution plan for a model and shape, store it in the\n"
             "           tuning cache (GPU)\n"
+            "  score    log-likelihood and perplexity of token id sequences under a decoder\n"
             "  version  print the library version\n"
             "\n"
             "Run 'stof COMMAND --help' for a command's options.\n"
@@ -44,6 +45,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "run") == 0) return cmd_run(&a);
     if (strcmp(argv[1], "embed") == 0) return cmd_embed(&a);
     if (strcmp(argv[1], "tune") == 0) return cmd_tune(&a);
+    if (strcmp(argv[1], "score") == 0) return cmd_score(&a);
     fprintf(stderr, "stof: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

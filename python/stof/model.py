@@ -1,9 +1,11 @@
-"""model.py — stof.Model: a BERT-family model folder (Hugging Face or sentence-transformers
-layout) loaded into stof, with its WordPiece tokenizer.
+"""model.py — stof.Model: a model folder of any family stof runs (BERT, GPT-2, LLaMA /
+Mistral / Qwen2, ModernBERT; Hugging Face or sentence-transformers layout, sharded or not)
+loaded into stof, with its WordPiece tokenizer where it has one.
 
     model = stof.Model.from_pretrained("models/all-MiniLM-L6-v2")
     emb = model.encode(["A man is playing a guitar.", "Someone plays music."])
     hidden = model(input_ids, attention_mask, mask="window:64")   # torch tensors
+    logits = model.logits(input_ids, attention_mask)              # decoders: [B, vocab]
 
 encode() follows sentence-transformers: texts sorted by length so that batches pad little,
 tokenized by the C tokenizer (truncated at the folder's max_seq_length), the folder's
@@ -46,6 +48,10 @@ class _ForwardParams(Structure):
                 ("logits", _P(_lib.Tensor)), ("logits_all", c_int)]
 
 
+class _EmbedParams(Structure):
+    _fields_ = [("batch", c_int), ("max_length", c_int), ("mask", c_void_p)]
+
+
 _T = _P(_lib.Tensor)
 _lib._SIGNATURES.update({
     "stof_model_default_params": (_ModelParams, []),
@@ -54,6 +60,9 @@ _lib._SIGNATURES.update({
     "stof_model_get_info": (c_int, [c_void_p, _P(_ModelInfo)]),
     "stof_forward_default_params": (_ForwardParams, []),
     "stof_model_forward": (c_int, [c_void_p, _P(_ForwardParams), _T, _T, _T, _T, _T]),
+    "stof_embed_default_params": (_EmbedParams, []),
+    "stof_model_embed": (c_int, [c_void_p, c_void_p, _P(c_char_p), _P(c_size_t), ctypes.c_int64,
+                                 _P(_EmbedParams), _P(c_float)]),
     "stof_tokenizer_open": (c_int, [c_char_p, _P(c_void_p)]),
     "stof_tokenizer_destroy": (None, [c_void_p]),
     "stof_tokenizer_max_length": (c_int, [c_void_p, c_int]),
@@ -71,7 +80,7 @@ _PREPARED_SHAPES = 16
 _DTYPE_ALIASES = {"float32": _lib.F32, "fp32": _lib.F32, "f32": _lib.F32, "float": _lib.F32,
                   "float16": _lib.F16, "fp16": _lib.F16, "f16": _lib.F16, "half": _lib.F16,
                   "bfloat16": _lib.BF16, "bf16": _lib.BF16}
-_POOLING_NAMES = {0: "mean", 1: "cls"}
+_POOLING_NAMES = {0: "mean", 1: "cls", 2: "lasttoken"}
 
 
 def _dtype_code(dtype):
@@ -175,7 +184,8 @@ def _device_tensor(code, shape, stride):
 
 
 class Model:
-    """A BERT encoder loaded by stof. Make one with Model.from_pretrained(dir)."""
+    """A model loaded by stof (any supported family). Make one with
+    Model.from_pretrained(dir)."""
 
     def __init__(self, path, ctx, handle):
         self.path = path
@@ -234,7 +244,9 @@ class Model:
                 "layer_norm_eps": float(i.layer_norm_eps),
                 "dtype": _DTYPE_NAMES.get(i.dtype, str(i.dtype)),
                 "pooling": _POOLING_NAMES.get(i.pooling, str(i.pooling)),
-                "normalize": bool(i.normalize), "device": self.device}
+                "normalize": bool(i.normalize), "device": self.device,
+                "family": i.family.decode(), "model_type": i.model_type.decode(),
+                "kv_heads": i.kv_heads, "is_decoder": bool(i.is_decoder)}
 
     @property
     def tokenizer(self):
@@ -276,13 +288,17 @@ class Model:
 
     # -- running
 
-    def _forward(self, ids, lengths, types, hidden, pooled, mask, attention_mask=None):
+    def _forward(self, ids, lengths, types, hidden, pooled, mask, attention_mask=None,
+                 logits=None, logits_all=False):
         """One stof_model_forward; arguments are stof tensor descriptions (or None)."""
         params = _ForwardParams.from_buffer_copy(self._params)
         spec = None if mask is None else as_mask(mask)
         params.mask = spec._handle if spec is not None else None
         if attention_mask is not None:
             params.attention_mask = ctypes.pointer(attention_mask)
+        if logits is not None:
+            params.logits = ctypes.pointer(logits)
+            params.logits_all = 1 if logits_all else 0
 
         def ref(t):
             return ctypes.byref(t) if t is not None else None
@@ -308,9 +324,28 @@ class Model:
             hidden = hidden.cpu().numpy()
         if self._info.pooling == 1:
             return hidden[:, 0, :].copy()
+        if self._info.pooling == 2:
+            last = np.maximum(lengths, 1) - 1
+            return (hidden[np.arange(B), last, :] * (lengths > 0)[:, None]).astype(np.float32)
         valid = np.arange(L)[None, :] < lengths[:, None]
         sums = (hidden * valid[:, :, None]).sum(axis=1)
         return (sums / np.maximum(lengths, 1)[:, None]).astype(np.float32)
+
+    def _embed(self, texts, batch_size, max_len, mask, out):
+        """stof_model_embed: the library's embedding pipeline (shared with `stof embed`)."""
+        raw = [_utf8(t, i) for i, t in enumerate(texts)]
+        n = len(raw)
+        ptrs = (c_char_p * n)(*raw)
+        lens = (c_size_t * n)(*[len(b) for b in raw])
+        params = _lib.fn("stof_embed_default_params")()
+        params.batch = _lib.c_int(batch_size, "batch_size")
+        params.max_length = max_len
+        spec = None if mask is None else as_mask(mask)
+        params.mask = spec._handle if spec is not None else None
+        with self._lock, _on_device(self._ctx):
+            self._ctx.follow_torch_stream()
+            _lib.call("stof_model_embed", self._handle, self.tokenizer._handle, ptrs, lens, n,
+                      ctypes.byref(params), out.ctypes.data_as(_P(c_float)))
 
     def encode(self, sentences, batch_size=32, normalize=None, as_torch=False, max_length=None,
                mask=None):
@@ -332,21 +367,19 @@ class Model:
         H = self._info.hidden
         out = np.empty((len(texts), H), dtype=np.float32)
         model_normalizes = bool(self._info.normalize)
-        use_pooled = normalize is None or bool(normalize) == model_normalizes
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        for start in range(0, len(texts), batch_size):
-            idx = order[start:start + batch_size]
-            ids, lengths = self.tokenizer.batch([texts[i] for i in idx], max_len)
-            if use_pooled:
-                pooled = np.empty((len(idx), H), dtype=np.float32)
-                self._forward(_arrays.describe(ids), _arrays.describe(lengths), None, None,
-                              _arrays.describe(pooled), mask)
-            else:
+        if texts and (normalize is None or bool(normalize) == model_normalizes):
+            self._embed(texts, batch_size, max_len, mask, out)
+        else:
+            # The folder's normalisation overridden: pool the hidden states here.
+            order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+            for start in range(0, len(texts), batch_size):
+                idx = order[start:start + batch_size]
+                ids, lengths = self.tokenizer.batch([texts[i] for i in idx], max_len)
                 pooled = self._pool_from_hidden(ids, lengths, mask)
                 if normalize:
                     norms = np.linalg.norm(pooled, axis=1, keepdims=True)
                     pooled = pooled / np.maximum(norms, 1e-12)
-            out[idx] = pooled
+                out[idx] = pooled
         if single:
             out = out[0]
         if as_torch:
@@ -383,6 +416,23 @@ class Model:
                       _arrays.describe(hidden), None, mask,
                       _arrays.describe(am) if am is not None else None)
         return hidden
+
+    def logits(self, input_ids, attention_mask=None, mask=None, all_tokens=False):
+        """Decoders: float32 logits of the last real token of each sequence [B, vocab], or
+        of every token [B, L, vocab] with all_tokens=True (zeros at padding), as a torch
+        tensor on the model's device. Arguments as for model(...); an encoder raises
+        StofError."""
+        self._check_open()
+        torch = _torch()
+        ids = self._token_tensor(torch, input_ids, "input_ids")
+        B, L = ids.shape
+        am = self._attention_mask(torch, attention_mask, B, L)
+        shape = (B, L, self._info.vocab) if all_tokens else (B, self._info.vocab)
+        out = torch.empty(shape, dtype=torch.float32, device=torch.device(self.device))
+        self._forward(_arrays.describe(ids), None, None, None, None, mask,
+                      _arrays.describe(am) if am is not None else None,
+                      logits=_arrays.describe(out), logits_all=all_tokens)
+        return out
 
     def _call_device(self, torch, ids, am):
         """The usual GPU call in few steps: int32/int64 ids and an int32/int64/uint8

@@ -28,7 +28,8 @@ struct exec_cpu_ws {
     int32_t *ids, *pos, *types;      /* [T] packed token inputs */
     float *qh, *kh, *vh, *oh;        /* [heads, len, D] slices of one sequence */
     uint8_t *plane;                  /* [L, L]: one mask plane straight from the spec */
-    uint8_t *layer_planes;           /* [heads, L, L]: the spec and a layer's kind */
+    uint8_t *layer_planes;           /* [heads or 1, L, L]: the spec and a layer's kind */
+    size_t layer_planes_cap;
     float *inv_freq;                 /* [head_dim / 2] */
 };
 
@@ -109,7 +110,6 @@ static stof_status ws_reserve(stof_model *m, int64_t T, int L)
         STOF_TRY(alloc_bytes((void **)&ws->vh, L * w.heads_d * F));
         STOF_TRY(alloc_bytes((void **)&ws->oh, L * w.heads_d * F));
         STOF_TRY(alloc_bytes((void **)&ws->plane, LL));
-        STOF_TRY(alloc_bytes((void **)&ws->layer_planes, LL * w.heads));
         STOF_TRY(alloc_bytes((void **)&ws->inv_freq, w.head_dim * F));
         ws->cap_len = L;
     }
@@ -180,6 +180,27 @@ static stof_status build_masks(int heads, const enc_request *r, uint8_t *plane, 
         }
     }
     *out = masks;
+    return STOF_OK;
+}
+
+/* Room for the planes layer_mask writes: none when every layer is bidirectional,
+ * one [L, L] plane, or one per head when the spec differs by head. */
+static stof_status reserve_layer_planes(const model_desc *d, const enc_request *r,
+                                        const seq_mask *masks, exec_cpu_ws *ws)
+{
+    bool kinds = false, per_head = false;
+    int heads = 1;
+    for (int i = 0; i < d->layers; i++) {
+        kinds |= d->layer[i].mask != MASK_KIND_FULL;
+        if (d->layer[i].heads > heads) heads = d->layer[i].heads;
+    }
+    for (int b = 0; masks && b < r->batch; b++)
+        per_head |= masks[b].stride_h != 0;
+    size_t need = kinds ? (size_t)(per_head ? heads : 1) * (size_t)r->len * (size_t)r->len : 0;
+    if (need <= ws->layer_planes_cap) return STOF_OK;
+    ws->layer_planes_cap = 0;
+    STOF_TRY(alloc_bytes((void **)&ws->layer_planes, (int64_t)need));
+    ws->layer_planes_cap = need;
     return STOF_OK;
 }
 
@@ -450,6 +471,11 @@ stof_status exec_cpu_forward(stof_model *m, const enc_request *r)
     exec_cpu_ws *ws = m->cpu;
     seq_mask *masks = NULL;
     STOF_TRY(build_masks(max_widths(d).heads, r, ws->plane, &masks));
+    stof_status st = reserve_layer_planes(d, r, masks, ws);
+    if (st != STOF_OK) {
+        free_masks(masks, r->batch);
+        return st;
+    }
     int64_t T = r->tokens, H = d->hidden;
     if (T > 0) {
         pack_inputs(r, ws);

@@ -7,8 +7,9 @@
  * Conv1D's [in, out] transposed), converts each element once from the
  * stored dtype (F32, F16, BF16) to the run dtype in one host staging buffer,
  * and hands the result to a weight_sink. Every tensor's dtype and shape is
- * checked before it is read, so a config that claims enormous sizes fails on
- * the first mismatch, not on an allocation. Sharded checkpoints
+ * checked before it is read and before the stage grows to hold it, so a
+ * config that claims enormous sizes fails on the first mismatch, not on an
+ * allocation. Sharded checkpoints
  * (model.safetensors.index.json) are read through their weight_map.
  */
 #include "model/config.h"
@@ -198,8 +199,9 @@ typedef struct piece {
     int64_t rows, cols;
 } piece;
 
-/* Checks dtype and shape, then writes the piece's rows at row0 of the stage. */
-static stof_status put_piece(loader *ld, int layer, const piece *p, int64_t row0)
+/* The piece's tensor, its dtype and shape checked (nothing is read yet). */
+static stof_status find_piece(loader *ld, int layer, const piece *p,
+                              const safetensors_tensor **out)
 {
     char name[NAME_LEN];
     const weight_name *wn = role_name(ld->fam, p->role);
@@ -221,24 +223,43 @@ static stof_status put_piece(loader *ld, int layer, const piece *p, int64_t row0
         return stof_error(STOF_ERR_FORMAT, "%s: tensor \"%s\" has shape %s, expected [%lld, %lld]",
                           ld->ck.path, name, got, (long long)d0, (long long)d1);
     }
+    *out = t;
+    return STOF_OK;
+}
+
+/* Writes a checked piece's rows at row0 of the stage, in the run dtype. */
+static void fill_piece(loader *ld, const piece *p, const safetensors_tensor *t, int64_t row0)
+{
+    bool tr = role_name(ld->fam, p->role)->transposed && p->cols > 0;
     int64_t cols = p->cols ? p->cols : 1;
     for (int64_t r = 0; r < p->rows; r++)
         for (int64_t c = 0; c < cols; c++)
             write_elem(ld->stage, ld->dtype, (row0 + r) * cols + c,
                        read_elem(t, tr ? c * p->rows + r : r * cols + c));
-    return STOF_OK;
 }
 
-/* Concatenates pieces (rows stacked) into one canonical tensor and gives it to the sink. */
+/* Concatenates pieces (rows stacked) into one canonical tensor and gives it
+ * to the sink. Every piece is checked before the stage grows to hold them, so
+ * a config that claims enormous sizes fails on a shape, not an allocation. */
 static stof_status put_tensor(loader *ld, int layer, const char *what, void **slot,
                               const piece *pieces, int n)
 {
+    const safetensors_tensor *t[3];
     int64_t rows = 0, cols = pieces[0].cols ? pieces[0].cols : 1;
     for (int i = 0; i < n; i++) {
-        STOF_TRY(put_piece(ld, layer, &pieces[i], rows));
+        STOF_TRY(find_piece(ld, layer, &pieces[i], &t[i]));
         rows += pieces[i].rows;
     }
     size_t bytes = (size_t)(rows * cols) * stof_dtype_size(ld->dtype);
+    if (bytes > ld->stage_bytes) {
+        free(ld->stage);
+        ld->stage = NULL;
+        ld->stage_bytes = 0;
+        STOF_TRY(stof_host_alloc(bytes, &ld->stage));
+        ld->stage_bytes = bytes;
+    }
+    for (int64_t i = 0, row0 = 0; i < n; row0 += pieces[i].rows, i++)
+        fill_piece(ld, &pieces[i], t[i], row0);
     char label[64];
     if (layer >= 0)
         snprintf(label, sizeof label, "layers.%d.%s", layer, what);
@@ -308,23 +329,6 @@ static stof_status put_layer(loader *ld, int i, layer_weights *lw)
     return STOF_OK;
 }
 
-/* The largest canonical tensor, in elements: the stage holds any one of them. */
-static int64_t largest_tensor(const model_desc *d)
-{
-    int64_t H = d->hidden, big = (int64_t)d->vocab * H;
-    if ((int64_t)d->max_positions * H > big) big = (int64_t)d->max_positions * H;
-    if ((int64_t)d->type_vocab * H > big) big = (int64_t)d->type_vocab * H;
-    for (int i = 0; i < d->layers; i++) {
-        const layer_desc *l = &d->layer[i];
-        int64_t qkv = (int64_t)(l->heads + 2 * l->kv_heads) * l->head_dim * H;
-        int64_t in = (l->mlp == MLP_GLU ? 2 : 1) * (int64_t)l->intermediate * H;
-        if (qkv > big) big = qkv;
-        if (in > big) big = in;
-        if ((int64_t)l->heads * l->head_dim * H > big) big = (int64_t)l->heads * l->head_dim * H;
-    }
-    return big;
-}
-
 static stof_status put_model(loader *ld, model_weights *w)
 {
     const model_desc *d = ld->d;
@@ -369,10 +373,6 @@ stof_status model_load_weights(const model_files *files, const family_def *famil
     stof_status st = stof_host_calloc((size_t)d->layers, sizeof *w->layer, (void **)&w->layer);
     w->layers = st == STOF_OK ? d->layers : 0;
     if (st == STOF_OK) st = ckpt_open(files, &ld->ck);
-    if (st == STOF_OK) {
-        ld->stage_bytes = (size_t)largest_tensor(d) * stof_dtype_size(dtype);
-        st = stof_host_alloc(ld->stage_bytes, &ld->stage);
-    }
     if (st == STOF_OK) st = put_model(ld, w);
     w->n_params = ld->n_params;
     free(ld->stage);

@@ -2,13 +2,13 @@
 # test_cli.sh STOF SOURCE_DIR [GROUP] — the stof command end to end: each
 # subcommand's --help, its option errors (exit 2 and the exact message), and
 # small real runs on the CPU backend whose figures only a real run prints.
-# GROUP is one of general, run, tune, demo, mask, embed (default: all). Needs no
+# GROUP is one of general, run, tune, demo, mask, embed, score (default: all). Needs no
 # GPU: every run that picks a device says --device cpu, and tune is only asked
 # for its help and option errors.
 # Prints "FAIL <case>: <why>" for each failing case and exits 1 if there was one.
 
 if [ $# -lt 2 ]; then
-    echo "usage: $0 STOF SOURCE_DIR [general|run|tune|demo|mask|embed]" >&2
+    echo "usage: $0 STOF SOURCE_DIR [general|run|tune|demo|mask|embed|score]" >&2
     exit 2
 fi
 STOF=$1
@@ -184,6 +184,58 @@ test_run()
     run_case 0 run --device cpu --model "$TINY" --iters 2 --seq 8 --seed 7 --dtype f32
     out_has "batch         B=1 L=8, "
     out_has " over 2 runs, "
+    out_has "family        bert (model_type bert), 4 kv heads, encoder"
+    # Any family: a sharded Mistral (GQA, sliding window) under a mask.
+    run_case 0 run --device cpu --model "$SRC/tests/data/families/mistral" --batch 2 --seq 16 \
+        --iters 1 --mask window:4
+    out_has "family        llama (model_type mistral), 2 kv heads, decoder"
+    out_has "batch         B=2 L=16, 30 real tokens of 32 (94%), mask window:4"
+    # A batch that cannot fit is refused before anything is allocated.
+    run_case 1 run --device cpu --model "$SRC/tests/data/families/gpt2" --batch 4096 \
+        --seq 1048576
+    err_has "stof run: checking the batch size: "
+    err_has "use a smaller --batch or --seq"
+}
+
+# scores_match EXPECTED: each stdout line's log_likelihood and perplexity within 1e-4
+# (relative) of the "ll ppl" line of EXPECTED (Hugging Face's, gen_family_golden.py).
+scores_match()
+{
+    sed -e 's/.*"log_likelihood": \([^,]*\), "perplexity": \([^}]*\)}/\1 \2/' "$tmp/out" \
+        >"$tmp/got"
+    paste -d ' ' "$tmp/got" "$1" | awk '
+        function rel(a, b) { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; return d / b }
+        NF != 4 || rel($1, $3) > 1e-4 || rel($2, $4) > 1e-4 { bad = 1 }
+        END { exit bad || NR == 0 }' || fail "scores differ from $1"
+}
+
+test_score()
+{
+    FAM=$SRC/tests/data/families
+    run_case 0 score --help
+    out_has "usage: stof score --model DIR --ids FILE"
+    err_empty
+    usage_error "stof score: --model DIR and --ids FILE are required" score --model "$FAM/gpt2"
+    usage_error "stof score: unknown option '--file'" score --model "$FAM/gpt2" --file x
+    for fam in gpt2 llama mistral qwen2; do
+        run_case 0 score --device cpu --model "$FAM/$fam" --ids "$FAM/$fam.ids"
+        out_lines 3
+        out_has '{"line": 1, "tokens": 12, "log_likelihood": '
+        scores_match "$FAM/$fam.score"
+    done
+    printf '5 6\n\n7\n' >"$tmp/ids"
+    run_case 0 score --device cpu --model "$FAM/gpt2" --ids "$tmp/ids"
+    out_has '{"line": 3, "tokens": 1, "log_likelihood": 0, "perplexity": null}'
+    printf '1 2 x7\n' >"$tmp/ids"
+    run_case 1 score --device cpu --model "$FAM/gpt2" --ids "$tmp/ids"
+    err_has "$tmp/ids:1: 'x7' is not a token id"
+    printf '1 2 900\n' >"$tmp/ids"
+    run_case 1 score --device cpu --model "$FAM/gpt2" --ids "$tmp/ids"
+    err_has "$tmp/ids:1: ids[0, 2] = 900 is outside the vocabulary [0, 512)"
+    run_case 1 score --device cpu --model "$FAM/modernbert" --ids "$FAM/gpt2.ids"
+    err_has "scoring needs a decoder"
+    run_case 1 score --device cpu --model "$FAM/gpt2" --ids "$tmp/no_such_file"
+    err_has "no_such_file: cannot open"
 }
 
 test_tune()
@@ -329,7 +381,7 @@ if [ ! -x "$STOF" ]; then
     echo "FAIL: $STOF is not an executable" >&2
     exit 1
 fi
-for g in general run tune demo mask embed; do
+for g in general run tune demo mask embed score; do
     if [ "$GROUP" = all ] || [ "$GROUP" = "$g" ]; then
         "test_$g"
     fi
