@@ -14,6 +14,7 @@
  * replayed, then replays with the batch reversed (same bucket, new lengths);
  * every run is checked against the CPU forward.
  */
+#include "ckpt_writer.h"
 #include "core/core.h"
 #include "fuse/fuse.h"
 #include "model/encoder.h"
@@ -85,87 +86,30 @@ typedef struct tiny_desc {
 static char tmp_root[512];
 static stof_ctx *g_cpu, *g_gpu;
 
-static void write_file(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f || (n && fwrite(data, 1, n, f) != n)) {
-        fprintf(stderr, "cannot write %s\n", path);
-        exit(1);
-    }
-    fclose(f);
-}
-
-static void write_text(const char *path, const char *text)
-{
-    write_file(path, text, strlen(text));
-}
-
-static void make_dir(const char *path)
-{
-    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "cannot create %s\n", path);
-        exit(1);
-    }
-}
-
-/* One tensor of the checkpoint being written. */
-typedef struct st_tensor {
-    char name[192];
-    int ndim;
-    int64_t shape[2];
-    float *values;
-} st_tensor;
-
-typedef struct checkpoint {
-    st_tensor *t;
-    int count, cap;
-} checkpoint;
-
-/* Weights uniform with the standard deviation std around mean. */
-static void ck_add(checkpoint *ck, test_rng *r, const char *name, int64_t d0, int64_t d1,
-                   float mean, float std)
-{
-    if (ck->count == ck->cap) {
-        ck->cap = ck->cap ? 2 * ck->cap : 64;
-        ck->t = realloc(ck->t, sizeof *ck->t * (size_t)ck->cap);
-        if (!ck->t) exit(1);
-    }
-    st_tensor *t = &ck->t[ck->count++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->ndim = d1 ? 2 : 1;
-    t->shape[0] = d0;
-    t->shape[1] = d1;
-    int64_t n = d0 * (d1 ? d1 : 1);
-    t->values = xmalloc(sizeof(float) * (size_t)n);
-    float a = std * sqrtf(3.0f);
-    for (int64_t i = 0; i < n; i++)
-        t->values[i] = mean + test_rng_float(r, -a, a);
-}
-
-static void ck_linear(checkpoint *ck, test_rng *r, const char *base, int out, int in)
+static void ck_linear(ckpt *ck, test_rng *r, const char *base, int out, int in)
 {
     char n[192];
     snprintf(n, sizeof n, "%s.weight", base);
-    ck_add(ck, r, n, out, in, 0.0f, 1.0f / sqrtf((float)in));
+    ckpt_add(ck, r, n, out, in, 0.0f, 1.0f / sqrtf((float)in));
     snprintf(n, sizeof n, "%s.bias", base);
-    ck_add(ck, r, n, out, 0, 0.0f, 0.05f);
+    ckpt_add(ck, r, n, out, 0, 0.0f, 0.05f);
 }
 
-static void ck_layernorm(checkpoint *ck, test_rng *r, const char *base, int h)
+static void ck_layernorm(ckpt *ck, test_rng *r, const char *base, int h)
 {
     char n[192];
     snprintf(n, sizeof n, "%s.LayerNorm.weight", base);
-    ck_add(ck, r, n, h, 0, 1.0f, 0.1f);
+    ckpt_add(ck, r, n, h, 0, 1.0f, 0.1f);
     snprintf(n, sizeof n, "%s.LayerNorm.bias", base);
-    ck_add(ck, r, n, h, 0, 0.0f, 0.05f);
+    ckpt_add(ck, r, n, h, 0, 0.0f, 0.05f);
 }
 
-static void random_checkpoint(const tiny_desc *d, test_rng *r, checkpoint *ck)
+static void random_checkpoint(const tiny_desc *d, test_rng *r, ckpt *ck)
 {
     memset(ck, 0, sizeof *ck);
-    ck_add(ck, r, "embeddings.word_embeddings.weight", d->vocab, d->hidden, 0.0f, 0.5f);
-    ck_add(ck, r, "embeddings.position_embeddings.weight", d->positions, d->hidden, 0.0f, 0.2f);
-    ck_add(ck, r, "embeddings.token_type_embeddings.weight", d->types, d->hidden, 0.0f, 0.2f);
+    ckpt_add(ck, r, "embeddings.word_embeddings.weight", d->vocab, d->hidden, 0.0f, 0.5f);
+    ckpt_add(ck, r, "embeddings.position_embeddings.weight", d->positions, d->hidden, 0.0f, 0.2f);
+    ckpt_add(ck, r, "embeddings.token_type_embeddings.weight", d->types, d->hidden, 0.0f, 0.2f);
     ck_layernorm(ck, r, "embeddings", d->hidden);
     for (int l = 0; l < d->layers; l++) {
         char b[128];
@@ -187,62 +131,6 @@ static void random_checkpoint(const tiny_desc *d, test_rng *r, checkpoint *ck)
     }
 }
 
-static void free_checkpoint(checkpoint *ck)
-{
-    for (int i = 0; i < ck->count; i++)
-        free(ck->t[i].values);
-    free(ck->t);
-}
-
-/* safetensors: 8-byte header length, JSON header (padded to 8), data back to back. */
-static void write_safetensors(const char *path, const checkpoint *ck, const char *dtype)
-{
-    size_t es = strcmp(dtype, "F32") == 0 ? 4 : 2;
-    size_t cap = 256 + (size_t)ck->count * 256, len = 0, off = 0;
-    char *hdr = xmalloc(cap);
-    len += (size_t)snprintf(hdr + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < ck->count; i++) {
-        const st_tensor *t = &ck->t[i];
-        size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
-        if (t->ndim == 2)
-            len += (size_t)snprintf(hdr + len, cap - len,
-                                    ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],"
-                                    "\"data_offsets\":[%zu,%zu]}",
-                                    t->name, dtype, (long long)t->shape[0], (long long)t->shape[1],
-                                    off, off + n * es);
-        else
-            len += (size_t)snprintf(hdr + len, cap - len,
-                                    ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld],"
-                                    "\"data_offsets\":[%zu,%zu]}",
-                                    t->name, dtype, (long long)t->shape[0], off, off + n * es);
-        off += n * es;
-    }
-    len += (size_t)snprintf(hdr + len, cap - len, "}");
-    while (len % 8)
-        hdr[len++] = ' ';
-    FILE *f = fopen(path, "wb");
-    if (!f) exit(1);
-    uint64_t hl = len;
-    fwrite(&hl, 8, 1, f);
-    fwrite(hdr, 1, len, f);
-    for (int i = 0; i < ck->count; i++) {
-        const st_tensor *t = &ck->t[i];
-        size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
-        if (es == 4) {
-            fwrite(t->values, 4, n, f);
-            continue;
-        }
-        uint16_t *h = xmalloc(n * 2);
-        for (size_t j = 0; j < n; j++)
-            h[j] = strcmp(dtype, "F16") == 0 ? stof_f32_to_f16(t->values[j])
-                                             : stof_f32_to_bf16(t->values[j]);
-        fwrite(h, 2, n, f);
-        free(h);
-    }
-    fclose(f);
-    free(hdr);
-}
-
 static void write_config(const char *dir, const tiny_desc *d)
 {
     char path[1024], text[2048];
@@ -255,7 +143,7 @@ static void write_config(const char *dir, const tiny_desc *d)
              " \"position_embedding_type\": \"absolute\", \"hidden_dropout_prob\": 0.1,"
              " \"attention_probs_dropout_prob\": 0.1, \"initializer_range\": 0.02}\n",
              d->hidden, d->layers, d->heads, d->inter, d->act, d->vocab, d->positions, d->types);
-    write_text(path, text);
+    ckpt_write_text(path, text);
 }
 
 /* Writes the folder of d under tmp_root; out gets the path to load. */
@@ -263,16 +151,16 @@ static void write_model(const tiny_desc *d, test_rng *r, char *out, size_t cap)
 {
     char root[768], tdir[900], path[1024], text[1024];
     snprintf(root, sizeof root, "%s/%s", tmp_root, d->name);
-    make_dir(root);
+    ckpt_make_dir(root);
     bool st = strcmp(d->layout, "plain") != 0;
     bool sub = strcmp(d->layout, "st_sub") == 0;
     snprintf(tdir, sizeof tdir, "%s%s", root, sub ? "/0_Transformer" : "");
-    make_dir(tdir);
-    checkpoint ck;
+    ckpt_make_dir(tdir);
+    ckpt ck;
     random_checkpoint(d, r, &ck);
     snprintf(path, sizeof path, "%s/model.safetensors", tdir);
-    write_safetensors(path, &ck, d->stored);
-    free_checkpoint(&ck);
+    ckpt_write_safetensors(path, &ck, d->stored);
+    ckpt_free(&ck);
     write_config(tdir, d);
     if (st) {
         snprintf(path, sizeof path, "%s/modules.json", root);
@@ -285,9 +173,9 @@ static void write_model(const tiny_desc *d, test_rng *r, char *out, size_t cap)
                  d->normalize ? ", {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", "
                                 "\"type\": \"sentence_transformers.models.Normalize\"}"
                               : "");
-        write_text(path, text);
+        ckpt_write_text(path, text);
         snprintf(path, sizeof path, "%s/1_Pooling", root);
-        make_dir(path);
+        ckpt_make_dir(path);
         snprintf(path, sizeof path, "%s/1_Pooling/config.json", root);
         bool cls = strcmp(d->pooling, "cls") == 0;
         snprintf(text, sizeof text,
@@ -295,10 +183,10 @@ static void write_model(const tiny_desc *d, test_rng *r, char *out, size_t cap)
                  " \"pooling_mode_mean_tokens\": %s, \"pooling_mode_max_tokens\": false,"
                  " \"pooling_mode_mean_sqrt_len_tokens\": false}\n",
                  d->hidden, cls ? "true" : "false", cls ? "false" : "true");
-        write_text(path, text);
+        ckpt_write_text(path, text);
         if (d->normalize) {
             snprintf(path, sizeof path, "%s/2_Normalize", root);
-            make_dir(path);
+            ckpt_make_dir(path);
         }
     }
     snprintf(out, cap, "%s", root);
