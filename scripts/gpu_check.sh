@@ -15,6 +15,10 @@ rc=0
 extra=()
 if [ -d .deps ]; then
   for d in .deps/*.deb; do dpkg -x "$d" .deps/root; done
+  # Their pkg-config files name /usr: point them at the unpacked tree.
+  pc=$PWD/.deps/root/usr/lib/x86_64-linux-gnu/pkgconfig
+  sed -i -E "s#^(prefix|libdir|includedir)=/usr#\1=$PWD/.deps/root/usr#" "$pc"/*.pc
+  export PKG_CONFIG_PATH=$pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
   extra=(-DCMAKE_PREFIX_PATH="$PWD/.deps/root/usr")
   export LD_LIBRARY_PATH=$PWD/.deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 fi
