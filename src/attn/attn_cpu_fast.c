@@ -164,11 +164,6 @@ typedef int32_t v4i __attribute__((vector_size(16)));
 #define TR 2
 #define TSFX base
 #include "attn/attn_cpu_tile.h"
-#undef TV
-#undef TVI
-#undef TW
-#undef TR
-#undef TSFX
 
 #if FAST_X86
 #pragma GCC push_options
@@ -181,11 +176,6 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 #define TR 2
 #define TSFX avx2
 #include "attn/attn_cpu_tile.h"
-#undef TV
-#undef TVI
-#undef TW
-#undef TR
-#undef TSFX
 #pragma GCC pop_options
 
 #pragma GCC push_options
@@ -198,11 +188,6 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 #define TR 8
 #define TSFX avx512
 #include "attn/attn_cpu_tile.h"
-#undef TV
-#undef TVI
-#undef TW
-#undef TR
-#undef TSFX
 #pragma GCC pop_options
 #endif
 

@@ -5,7 +5,8 @@
  *     TV, TVI   float and int32 vectors of TW lanes
  *     TR        query rows per micro-kernel call
  *     TSFX      the suffix of the functions it defines
- * (TW * TNV = FAST_CHUNK columns per call, TNV defined here). The
+ * (TW * TNV = FAST_CHUNK columns per call, TNV defined here); it undefines
+ * them all at its end, ready for the next set. The
  * micro-kernel keeps a TR x FAST_CHUNK block of C in registers and streams
  * one row of B per step, so one body serves S = Q K^T (B: K^T tiles) and
  * O += P V (B: V tiles).
@@ -215,6 +216,11 @@ static void TFN(tile_row)(const fast_job *j, const fast_seq *q, int r, fast_scra
     fast_store_o(j, q, row0, rows, vis, w);
 }
 
+#undef TV
+#undef TVI
+#undef TW
+#undef TR
+#undef TSFX
 #undef TNV
 #undef TFN
 #undef TFN_
