@@ -13,8 +13,7 @@
 
 bool io_file_exists(const char *path)
 {
-    struct stat s;
-    return stat(path, &s) == 0 && S_ISREG(s.st_mode);
+    return stof_file_exists(path);
 }
 
 bool io_dir_exists(const char *path)

@@ -18,6 +18,8 @@ extern "C" {
 /* Files above this are refused (STOF_ERR_FORMAT) before they are read whole. */
 #define IO_MAX_FILE_BYTES ((size_t)1 << 30)
 
+/* Whether anything is at path: a folder or FIFO where a file belongs is then named by
+ * the reader (io_read_file) rather than taken for a missing file. */
 bool io_file_exists(const char *path);
 bool io_dir_exists(const char *path);
 /* out = dir/name; STOF_ERR_INVALID_ARG when it does not fit in cap bytes. */
