@@ -10,16 +10,8 @@
  * Device-side indices (cu_seqlens, token ids) are clamped, never trusted.
  */
 #include "fuse/internal.h"
-#include "fuse/mma.cuh"
+#include "fuse/vec.cuh"
 #include "core/launch.cuh"
-
-static __device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 /* Sum over the TPR threads that share a row (TPR 32: one warp; else the CTA). */
 template <int TPR> static __device__ __forceinline__ float row_sum(float v, float *red)
