@@ -22,10 +22,11 @@
  */
 #include "attn/attn.h"
 #include "attn/bits.h"
-#include "attn/mma.cuh"
+#include "attn/grid.cuh"
 #include "attn/mods.cuh"
 #include "attn/select.h"
 #include "core/launch.cuh"
+#include "core/ptx.cuh"
 
 #include <cuda_runtime.h>
 
@@ -284,7 +285,7 @@ __global__ void __launch_bounds__(WARPS * 32, BW_MIN_CTAS(D, WARPS, MW))
     cp_async_commit();
     int col_next = e0 + 1 < e1 ? t->col[e0 + 1] : 0;
 
-    cp_async_wait_all();
+    cp_async_wait<0>();
     __syncthreads();
     uint32_t qf[MW][D / 16][4];
 #pragma unroll
@@ -334,7 +335,7 @@ __global__ void __launch_bounds__(WARPS * 32, BW_MIN_CTAS(D, WARPS, MW))
             }
         }
 
-        cp_async_wait_all();
+        cp_async_wait<0>();
         __syncthreads(); /* this stage landed; every warp is done with the other one */
         int bits_next = 0, col_after = 0;
         if (e + 1 < e1) {

@@ -164,11 +164,12 @@
  */
 #include "attn/attn.h"
 #include "attn/bits.h"
-#include "attn/mma.cuh"
+#include "attn/grid.cuh"
 #include "attn/mods.cuh"
 #include "attn/select.h"
 #include "core/hopper.cuh"
 #include "core/launch.cuh"
+#include "core/ptx.cuh"
 
 #include <cuda_runtime.h>
 
@@ -613,7 +614,7 @@ static __device__ __forceinline__ void warp_scores(float (&s)[32], const uint32_
  * exp_settled may then take its next tiles. */
 static __device__ __forceinline__ bool warp_settled(const float (&m)[2])
 {
-    return __all_sync(ATTN_FULL_WARP, m[0] != -INFINITY && m[1] != -INFINITY);
+    return __all_sync(PTX_FULL_WARP, m[0] != -INFINITY && m[1] != -INFINITY);
 }
 
 /* O *= alpha, skipped by a warp whose rows all kept their maxima (alpha == 1
@@ -621,7 +622,7 @@ static __device__ __forceinline__ bool warp_settled(const float (&m)[2])
 template <int D>
 static __device__ __forceinline__ void rescale_o(float (&o)[SM90_OREGS(D)], const float (&alpha)[2])
 {
-    if (__any_sync(ATTN_FULL_WARP, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+    if (__any_sync(PTX_FULL_WARP, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
         for (int d = 0; d < SM90_OREGS(D); d++)
             o[d] *= alpha[(d >> 1) & 1];
@@ -694,7 +695,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
         n = t->row_ptr[ri + 1] - e0;
     }
     if (n <= 0 || row0 >= s.len_q) {
-        if (q_early) cp_async_wait_all(); /* no copy may land after the CTA has gone */
+        if (q_early) cp_async_wait<0>(); /* no copy may land after the CTA has gone */
         store_zero_rows<D, THREADS>(&s, &a, row0, BM);
         return;
     }
@@ -801,7 +802,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     }
     bool masked = bits >= 0 || col * SM90_BLOCK_N + SM90_BLOCK_N > s.len_k;
     if (masked) tile_words(t, bits, tile_row, col * SM90_BLOCK_N, s.len_k, w);
-    cp_async_wait_all();
+    cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();
     int bits_next = !ALL && n > 1 ? t->bits[entry(1)] : -1;
@@ -899,7 +900,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
         reg_fence(o);
         bool full = !settled;
         if (settled) {
-            full = __any_sync(ATTN_FULL_WARP, pack_checked<BF16>(p, sc));
+            full = __any_sync(PTX_FULL_WARP, pack_checked<BF16>(p, sc));
             if (full) {
                 /* A score far past its row's maximum: this tile's scores
                  * again (the exponentials replaced them), for the full

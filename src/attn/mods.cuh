@@ -17,7 +17,8 @@
 #define STOF_ATTN_MODS_CUH
 
 #include "attn/attn.h"
-#include "attn/mma.cuh"
+#include "attn/grid.cuh"
+#include "core/ptx.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -20,9 +20,10 @@
  */
 #include "attn/attn.h"
 #include "attn/bits.h"
-#include "attn/mma.cuh"
+#include "attn/grid.cuh"
 #include "attn/select.h"
 #include "core/launch.cuh"
+#include "core/ptx.cuh"
 
 #include <cuda_runtime.h>
 
@@ -110,8 +111,8 @@ static __device__ __forceinline__ void rowwise_batch(row_state *st, const float 
     const uint16_t *vcol = s->v + lane * PER;
 #pragma unroll 4
     for (int j = 0; j < nb; j++) {
-        const float pj = __shfl_sync(ATTN_FULL_WARP, p, j);
-        const int kj = __shfl_sync(ATTN_FULL_WARP, key, j);
+        const float pj = __shfl_sync(PTX_FULL_WARP, p, j);
+        const int kj = __shfl_sync(PTX_FULL_WARP, key, j);
         float v[PER];
         load_slice<PER, BF16>(vcol + (int64_t)kj * a->v_sl, v);
 #pragma unroll
@@ -171,10 +172,10 @@ __global__ void __launch_bounds__(ATTN_ROWWISE_WARPS * 32, 5)
                 }
             }
             for (int u = 0; u < n; u++) {
-                const int col = __shfl_sync(ATTN_FULL_WARP, my_col, u);
-                const int bits = __shfl_sync(ATTN_FULL_WARP, my_bits, u);
-                const uint64_t w0 = __shfl_sync(ATTN_FULL_WARP, my_w0, u);
-                const uint64_t w1 = __shfl_sync(ATTN_FULL_WARP, my_w1, u);
+                const int col = __shfl_sync(PTX_FULL_WARP, my_col, u);
+                const int bits = __shfl_sync(PTX_FULL_WARP, my_bits, u);
+                const uint64_t w0 = __shfl_sync(PTX_FULL_WARP, my_w0, u);
+                const uint64_t w1 = __shfl_sync(PTX_FULL_WARP, my_w1, u);
                 for (int wi = 0; wi < wpr; wi++) {
                     const int base = col * t->tile_n + 64 * wi;
                     uint64_t w = bits < 0 ? attn_low_mask(t->tile_n - 64 * wi) : (wi ? w1 : w0);

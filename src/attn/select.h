@@ -122,7 +122,7 @@ extern "C" {
 #define ATTN_R_L2 24.0
 #define ATTN_R_SMEM 128.0
 #define ATTN_ROWWISE_WARPS 4 /* query rows (one per warp) per row-wise CTA */
-/* Block-wise launch order (mma.cuh, attn_block_order): heaviest row blocks
+/* Block-wise launch order (grid.cuh, attn_block_order): heaviest row blocks
  * first across every head when one row may list this many times the mean
  * tiles of the rows (causal about 2, global tokens far more); otherwise row
  * blocks fastest, so that neighbouring CTAs share one head's K/V tiles in L2. */

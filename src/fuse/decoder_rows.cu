@@ -12,7 +12,7 @@
  * (token ids, positions, cu_seqlens) are checked, never trusted.
  */
 #include "fuse/internal.h"
-#include "fuse/mma.cuh"
+#include "fuse/vec.cuh"
 #include "fuse/rows.cuh"
 
 /* ---------------------------------------------------------------- RoPE */

@@ -15,7 +15,8 @@
  * accumulators are a register array sized by it.
  */
 #include "fuse/internal.h"
-#include "fuse/mma.cuh"
+#include "fuse/tile.cuh"
+#include "fuse/vec.cuh"
 
 template <int H, int BM, int BI, int BK, int WARPS, int STAGES> struct chain_traits {
     static constexpr int THREADS = WARPS * 32;
@@ -151,8 +152,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
                 for (int nt = 0; nt < C::NT2; nt++)
                     s += acc2[mt][nt][2 * h] + acc2[mt][nt][2 * h + 1];
-                s += __shfl_xor_sync(0xffffffffu, s, 1);
-                s += __shfl_xor_sync(0xffffffffu, s, 2);
+                s = quad_sum(s);
                 if (t4 == 0) red_sum[warp * BM + mt * 16 + g + h * 8] = s;
             }
         __syncthreads();
@@ -171,8 +171,7 @@ __global__ void __launch_bounds__(WARPS * 32)
                     float d1 = acc2[mt][nt][2 * h + 1] - mean[mt][h];
                     q += d0 * d0 + d1 * d1;
                 }
-                q += __shfl_xor_sync(0xffffffffu, q, 1);
-                q += __shfl_xor_sync(0xffffffffu, q, 2);
+                q = quad_sum(q);
                 if (t4 == 0) red_sq[warp * BM + mt * 16 + g + h * 8] = q;
             }
         __syncthreads();

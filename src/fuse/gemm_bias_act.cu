@@ -7,6 +7,7 @@
  */
 #include "fuse/gemm_core.cuh"
 #include "fuse/internal.h"
+#include "fuse/vec.cuh"
 
 template <typename T, int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
 __global__ void __launch_bounds__(WARPS_M *WARPS_N * 32)

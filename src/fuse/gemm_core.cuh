@@ -8,7 +8,7 @@
 #ifndef STOF_FUSE_GEMM_CORE_CUH
 #define STOF_FUSE_GEMM_CORE_CUH
 
-#include "fuse/mma.cuh"
+#include "fuse/tile.cuh"
 
 /* Compile-time constants of one GEMM configuration. */
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES> struct gemm_traits {

@@ -9,14 +9,7 @@
  */
 #include "fuse/gemm_core.cuh"
 #include "fuse/internal.h"
-
-static __device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+#include "fuse/vec.cuh"
 
 /* Normalise one fp32 row of width n held in shared memory and store it. */
 template <typename T>

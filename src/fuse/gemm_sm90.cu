@@ -68,7 +68,8 @@
 #include "core/hopper.cuh"
 #include "core/launch.cuh"
 #include "fuse/internal.h"
-#include "fuse/mma.cuh"
+#include "fuse/tile.cuh"
+#include "fuse/vec.cuh"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -281,7 +282,7 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
     typedef sm90_traits<BN, WG, STAGES> G;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     /* The slack in G::SMEM lets the base round up to 1024 bytes. */
-    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t a_ring = base;                         /* [STAGES] x tiles */
     const uint32_t b_ring = base + STAGES * G::A_BYTES;   /* [STAGES] w tiles */
     const uint32_t full = base + STAGES * G::STAGE_BYTES; /* [STAGES] mbarriers */

@@ -12,7 +12,7 @@
  * LlamaRMSNorm computes them in fp32 too); LayerNorm's are two-pass.
  */
 #include "fuse/internal.h"
-#include "fuse/mma.cuh"
+#include "fuse/vec.cuh"
 #include "fuse/rows.cuh"
 
 template <typename T, int TPR, int VPL, bool RMS>

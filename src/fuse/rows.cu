@@ -10,7 +10,7 @@
  * Device-side indices (cu_seqlens, token ids) are clamped, never trusted.
  */
 #include "fuse/internal.h"
-#include "fuse/mma.cuh"
+#include "fuse/vec.cuh"
 #include "fuse/rows.cuh"
 #include "core/launch.cuh"
 

@@ -6,15 +6,9 @@
 #ifndef STOF_FUSE_ROWS_CUH
 #define STOF_FUSE_ROWS_CUH
 
-#include <cstdint>
+#include "core/ptx.cuh"
 
-static __device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+#include <cstdint>
 
 /* Sum over the TPR threads that share a row (TPR 32: one warp; else the CTA). */
 template <int TPR> static __device__ __forceinline__ float row_sum(float v, float *red)

@@ -1,140 +1,16 @@
 /*
- * mma.cuh — the PTX building blocks of the attention kernels: cp.async copies
- * into shared memory (zero-filling what lies past a sequence), ldmatrix
- * fragment loads, mma.sync m16n8k16 with fp32 accumulation, fp32 -> 16-bit
- * packing, exp2 and warp reductions. Included by the .cu files of this part.
- *
- * Fragment layouts (PTX ISA, mma.m16n8k16 with .f16/.bf16): lane = 4 * g + t.
- *   A (16 x 16, row-major):  a0 = (row g, cols 2t, 2t+1), a1 = row g+8,
- *                            a2 = (row g, cols 2t+8, 2t+9), a3 = row g+8 of those
- *   B (16 x 8, k x n):       b0 = (k 2t, 2t+1; n g),  b1 = (k 2t+8, 2t+9; n g)
- *   C (16 x 8, fp32):        c0, c1 = (row g, cols 2t, 2t+1), c2, c3 = row g+8
- * The lower 16 bits of a packed register hold the lower column (or k) index.
+ * grid.cuh — where the work of an attention CTA lies: the launch order and
+ * grid of the block-wise kernels (and their shared-memory opt-in), the
+ * sequence one (batch entry, head) addresses in either layout, its tile rows
+ * in the mask, and the zero rows of an empty one. Included by the .cu files
+ * of this part; the PTX they run on is core/ptx.cuh.
  */
-#ifndef STOF_ATTN_MMA_CUH
-#define STOF_ATTN_MMA_CUH
+#ifndef STOF_ATTN_GRID_CUH
+#define STOF_ATTN_GRID_CUH
 
 #include <stdint.h>
 
-#include <cuda_fp16.h>
-
 #include "core/launch.cuh"
-
-#define ATTN_FULL_WARP 0xffffffffu
-
-static __device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared, bypassing L1; src_bytes 0 writes zeros and reads
- * nothing (src must still be a valid address). */
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-}
-
-static __device__ __forceinline__ void cp_async_commit(void)
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void cp_async_wait_all(void)
-{
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void ldsm_x4(uint32_t r[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-static __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-/* c += a * b for one m16n8k16 tile. */
-template <int BF16>
-static __device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0,
-                                                 uint32_t b1)
-{
-    if (BF16) {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    } else {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-}
-
-/* Two floats -> one register of two 16-bit values, lo in the lower half
- * (cvt packs its first source into the upper half). */
-template <int BF16> static __device__ __forceinline__ uint32_t pack2(float lo, float hi)
-{
-    uint32_t r;
-    if (BF16)
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    else
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-template <int BF16> static __device__ __forceinline__ float half_to_float(uint16_t x)
-{
-    if (BF16) return __uint_as_float((uint32_t)x << 16);
-    return __half2float(__ushort_as_half(x));
-}
-
-template <int BF16> static __device__ __forceinline__ uint16_t float_to_half(float f)
-{
-    return (uint16_t)(pack2<BF16>(f, 0.0f) & 0xffffu);
-}
-
-/* 2^x, approximate (2 ulp); 2^-inf = +0. */
-static __device__ __forceinline__ float exp2_approx(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-/* Reductions over the 4 lanes of a quad (the lanes sharing an accumulator row). */
-static __device__ __forceinline__ float quad_max(float x)
-{
-    x = fmaxf(x, __shfl_xor_sync(ATTN_FULL_WARP, x, 1));
-    return fmaxf(x, __shfl_xor_sync(ATTN_FULL_WARP, x, 2));
-}
-
-static __device__ __forceinline__ float quad_sum(float x)
-{
-    x += __shfl_xor_sync(ATTN_FULL_WARP, x, 1);
-    return x + __shfl_xor_sync(ATTN_FULL_WARP, x, 2);
-}
-
-static __device__ __forceinline__ float warp_max(float x)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        x = fmaxf(x, __shfl_xor_sync(ATTN_FULL_WARP, x, o));
-    return x;
-}
-
-static __device__ __forceinline__ float warp_sum(float x)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        x += __shfl_xor_sync(ATTN_FULL_WARP, x, o);
-    return x;
-}
 
 /*
  * Launch order of the block-wise kernels (the hardware starts CTAs in
@@ -299,4 +175,4 @@ static __device__ __forceinline__ int64_t attn_row_index(const attn_launch *a, i
     return (int64_t)inst * t->n_trow + tr;
 }
 
-#endif /* STOF_ATTN_MMA_CUH */
+#endif /* STOF_ATTN_GRID_CUH */

@@ -1,0 +1,62 @@
+/*
+ * vec.cuh — element access of the fusion kernels: 16-bit values (T: __half or
+ * __nv_bfloat16) read and written as fp32 in 16-byte vectors of 8 or 4-byte
+ * pairs, and the activation applied to them (fuse_act).
+ */
+#ifndef STOF_FUSE_VEC_CUH
+#define STOF_FUSE_VEC_CUH
+
+#include "core/ptx.cuh"
+#include "fuse/fuse.h"
+
+/* Eight 16-bit values, as loaded in one 16-byte word, to fp32. */
+template <typename T> static __device__ __forceinline__ void unpack8(float (&f)[8], uint4 v)
+{
+    constexpr int BF16 = ptx_bf16<T>;
+    float2 a = unpack2<BF16>(v.x), b = unpack2<BF16>(v.y), c = unpack2<BF16>(v.z),
+           d = unpack2<BF16>(v.w);
+    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+}
+
+template <typename T> static __device__ __forceinline__ void load8(float (&f)[8], const T *p)
+{
+    unpack8<T>(f, *reinterpret_cast<const uint4 *>(p));
+}
+
+template <typename T> static __device__ __forceinline__ void store8(T *p, const float (&f)[8])
+{
+    constexpr int BF16 = ptx_bf16<T>;
+    uint4 v;
+    v.x = pack2<BF16>(f[0], f[1]);
+    v.y = pack2<BF16>(f[2], f[3]);
+    v.z = pack2<BF16>(f[4], f[5]);
+    v.w = pack2<BF16>(f[6], f[7]);
+    *reinterpret_cast<uint4 *>(p) = v;
+}
+
+/* A pair of adjacent values (4-byte aligned). */
+template <typename T> static __device__ __forceinline__ float2 load2(const T *p)
+{
+    return unpack2<ptx_bf16<T>>(*reinterpret_cast<const uint32_t *>(p));
+}
+
+template <typename T> static __device__ __forceinline__ void store2(T *p, float lo, float hi)
+{
+    *reinterpret_cast<uint32_t *>(p) = pack2<ptx_bf16<T>>(lo, hi);
+}
+
+static __device__ __forceinline__ float act_apply(float x, int act)
+{
+    switch (act) {
+    case ACT_GELU: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+    case ACT_GELU_TANH: {
+        float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+        return 0.5f * x * (1.f + tanhf(u));
+    }
+    case ACT_RELU: return x > 0.f ? x : 0.f;
+    case ACT_SILU: return x / (1.f + __expf(-x));
+    default: return x;
+    }
+}
+
+#endif /* STOF_FUSE_VEC_CUH */
