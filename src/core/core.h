@@ -139,6 +139,19 @@ stof_status stof_file_open(const char *path, bool allow_stream, FILE **out);
  * STOF_ERR_FORMAT when it is larger than max_bytes. */
 stof_status stof_read_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
+/* ---- hashing */
+
+/* FNV-1a, 64 bits, chainable: h = stof_fnv1a(STOF_FNV_BASIS, p, n), then again with h
+ * for more bytes. For hash tables and cache keys; not a cryptographic hash. */
+#define STOF_FNV_BASIS 14695981039346656037ull
+static inline uint64_t stof_fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 /* ---- small helpers */
 
 static inline int64_t stof_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -18,19 +18,9 @@ void desc_free(model_desc *d)
     d->layer = NULL;
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 static uint64_t fnv_int(uint64_t h, int64_t v)
 {
-    return fnv(h, &v, sizeof v);
+    return stof_fnv1a(h, &v, sizeof v);
 }
 
 static uint64_t fnv_float(uint64_t h, float v)
@@ -57,9 +47,9 @@ static uint64_t hash_layer(uint64_t h, const layer_desc *l)
 
 uint64_t desc_hash(const model_desc *d)
 {
-    uint64_t h = 14695981039346656037ull;
-    h = fnv(h, d->family, strnlen(d->family, sizeof d->family));
-    h = fnv(h, d->model_type, strnlen(d->model_type, sizeof d->model_type));
+    uint64_t h = STOF_FNV_BASIS;
+    h = stof_fnv1a(h, d->family, strnlen(d->family, sizeof d->family));
+    h = stof_fnv1a(h, d->model_type, strnlen(d->model_type, sizeof d->model_type));
     const int64_t ints[] = {d->hidden, d->vocab, d->layers, d->embed, d->max_positions,
                             d->type_vocab, d->embed_norm, d->final_norm, d->norm_place,
                             d->norm_bias, d->head, d->tied_lm_head, d->causal};

@@ -31,9 +31,7 @@ struct tok_cache {
 
 static size_t cache_hash(const char *s, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    uint64_t h = stof_fnv1a(STOF_FNV_BASIS, s, n);
     return (size_t)(h ^ (h >> 32)) & (CACHE_SLOTS - 1);
 }
 

@@ -47,9 +47,7 @@ stof_status tok_spans_put(tok_spans *v, size_t start, size_t end)
 
 static uint64_t hash_bytes(const char *s, size_t n)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    uint64_t h = stof_fnv1a(STOF_FNV_BASIS, s, n);
     return h ^ (h >> 29);
 }
 

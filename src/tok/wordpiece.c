@@ -53,12 +53,7 @@ struct tok_wp {
 
 static uint64_t hash_bytes(const char *s, size_t len)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    return h;
+    return stof_fnv1a(STOF_FNV_BASIS, s, len);
 }
 
 static int32_t vocab_lookup(const tok_wp *t, const char *s, size_t len)

@@ -71,12 +71,7 @@ int64_t tune_token_bucket(int64_t tokens)
 
 static uint64_t fnv1a64(const char *s)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 0x100000001b3ull;
-    }
-    return h;
+    return stof_fnv1a(STOF_FNV_BASIS, s, strlen(s));
 }
 
 void tune_mask_signature(const char *canonical_text, char *out, size_t cap)
@@ -440,27 +435,18 @@ static cJSON *entry_to_json(const tune_key *k, const tune_plan *p)
 
 /* ------------------------------------------------------------ in memory */
 
-static uint64_t hash_bytes(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 static uint64_t key_hash(const tune_key *k)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    h = hash_bytes(h, k->gpu, strnlen(k->gpu, sizeof k->gpu));
-    h = hash_bytes(h, k->version, strnlen(k->version, sizeof k->version));
-    h = hash_bytes(h, k->mask, strnlen(k->mask, sizeof k->mask));
-    h = hash_bytes(h, k->family, strnlen(k->family, sizeof k->family));
-    h = hash_bytes(h, k->desc_hash, strnlen(k->desc_hash, sizeof k->desc_hash));
+    uint64_t h = STOF_FNV_BASIS;
+    h = stof_fnv1a(h, k->gpu, strnlen(k->gpu, sizeof k->gpu));
+    h = stof_fnv1a(h, k->version, strnlen(k->version, sizeof k->version));
+    h = stof_fnv1a(h, k->mask, strnlen(k->mask, sizeof k->mask));
+    h = stof_fnv1a(h, k->family, strnlen(k->family, sizeof k->family));
+    h = stof_fnv1a(h, k->desc_hash, strnlen(k->desc_hash, sizeof k->desc_hash));
     const int64_t nums[] = {k->sm_count,     k->cc,    k->hidden, k->layers, k->heads,
                             k->intermediate, k->dtype, k->batch,  k->len,    k->token_bucket};
-    return hash_bytes(h, nums, sizeof nums);
+    return stof_fnv1a(h, nums, sizeof nums);
 }
 
 /* The slot holding key, or the empty slot where it would go. */
