@@ -141,13 +141,14 @@ static double forward_bytes(const run_opts *o, const stof_model_info *info, bool
 static stof_status check_fits(const run_opts *o, const stof_model_info *info, bool gpu)
 {
     double need = forward_bytes(o, info, gpu), have;
+    have = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+#if STOF_HAVE_CUDA
     if (gpu) {
         size_t free_b = 0, total_b = 0;
         STOF_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
         have = (double)free_b;
-    } else {
-        have = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     }
+#endif
     STOF_REQUIRE(need <= 0.9 * have, STOF_ERR_OOM,
                  "batch B=%d L=%d needs about %.2f GiB of %s memory for its activations and "
                  "outputs; %.2f GiB are free: use a smaller --batch or --seq",
