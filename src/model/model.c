@@ -14,6 +14,7 @@
  * parameters work on both.
  */
 #include "model/encoder.h"
+#include "tune/tune.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -35,6 +36,26 @@ stof_forward_params stof_forward_default_params(void)
     p.mask = NULL;
     return p;
 }
+
+stof_tune_params stof_tune_default_params(void)
+{
+    stof_tune_params p;
+    memset(&p, 0, sizeof p);
+    p.budget = TUNE_DEFAULT_BUDGET;
+    p.store = 1;
+    return p;
+}
+
+#if !STOF_HAVE_CUDA
+/* The search measures GPU plans (tune_gpu.c); a CPU-only build has none. */
+stof_status stof_model_tune(stof_model *model, const stof_tune_params *params,
+                            const stof_tensor *ids, const stof_tensor *lengths,
+                            const stof_tensor *token_types, stof_tune_result *out)
+{
+    return stof_error(STOF_ERR_UNSUPPORTED,
+                      "stof_model_tune measures GPU plans; this stof was built without CUDA");
+}
+#endif
 
 /* ---------------------------------------------------------------- load */
 

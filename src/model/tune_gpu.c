@@ -34,7 +34,6 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#define TUNE_DEFAULT_BUDGET 32
 #define TUNE_TARGET_MS 40.0 /* timed forwards per candidate: about this long */
 #define TUNE_MAX_REPS 15
 #define TUNE_MIN_REPS 3
@@ -62,15 +61,6 @@ typedef struct tuner {
 } tuner;
 
 #endif
-
-stof_tune_params stof_tune_default_params(void)
-{
-    stof_tune_params p;
-    memset(&p, 0, sizeof p);
-    p.budget = TUNE_DEFAULT_BUDGET;
-    p.store = 1;
-    return p;
-}
 
 #if STOF_HAVE_CUDA
 
@@ -566,13 +556,5 @@ stof_status stof_model_tune(stof_model *model, const stof_tune_params *params,
     }
     tuner_free(&t);
     return st;
-}
-#else
-stof_status stof_model_tune(stof_model *model, const stof_tune_params *params,
-                            const stof_tensor *ids, const stof_tensor *lengths,
-                            const stof_tensor *token_types, stof_tune_result *out)
-{
-    return stof_error(STOF_ERR_UNSUPPORTED,
-                      "stof_model_tune measures GPU plans; this stof was built without CUDA");
 }
 #endif

@@ -23,6 +23,8 @@ extern "C" {
 #endif
 
 #define TUNE_FILE_FORMAT 1
+/* Parameter-search measurements when stof_tune_params.budget is 0 (stof.h). */
+#define TUNE_DEFAULT_BUDGET 32
 
 typedef enum tune_segment {
     TUNE_SEG_QKV = 0,
