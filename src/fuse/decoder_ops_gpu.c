@@ -1,5 +1,5 @@
 /*
- * decoder_ops.c — argument checks in front of the kernels of norms.cu and
+ * decoder_ops_gpu.c — argument checks in front of the kernels of norms.cu and
  * decoder_rows.cu (the ops the decoder families and ModernBERT add). The
  * aliasing rule of rowops.c holds: an output may be exactly an input it
  * replaces row for row, never a partial overlap.
