@@ -82,7 +82,7 @@ stof_status fuse_launch_mean_pool(stof_ctx *ctx, stof_dtype in_dtype, const void
                                   const int32_t *cu_seqlens, int batch, int width,
                                   int64_t packed_cap, stof_dtype out_dtype, void *out);
 
-/* norms.cu, decoder_rows.cu (decoder_ops.c checks their arguments) */
+/* norms.cu, decoder_rows.cu (decoder_ops_gpu.c checks their arguments) */
 stof_status fuse_launch_norm(stof_ctx *ctx, stof_dtype dtype, fuse_norm_kind kind, int64_t rows,
                              int cols, const void *x, const void *residual, const void *gamma,
                              const void *beta, float eps, void *y, void *sum_out);
