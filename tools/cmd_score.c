@@ -6,9 +6,11 @@
  * log_likelihood = sum over i >= 1 of log p(ids[i] | ids[0..i-1]) (natural
  * log), perplexity = exp(-log_likelihood / (tokens - 1)); a sequence of one
  * token has nothing to predict (0 and null). Sequences come as token ids,
- * one whitespace-separated line each (blank lines skipped), until the
- * tokenizer takes text. Each runs as its own forward with logits for every
- * token; the log-softmax is taken in double.
+ * one whitespace-separated line each (--ids), or as text, one line each
+ * (--file), tokenized by the folder's tokenizer with its special tokens (the
+ * ids Hugging Face's tokenizer gives by default); blank lines are skipped.
+ * Each runs as its own forward with logits for every token; the log-softmax
+ * is taken in double.
  */
 #include "cli.h"
 #include "core/core.h"
@@ -22,15 +24,18 @@
 
 static void score_usage(void)
 {
-    printf("usage: stof score --model DIR --ids FILE [--device auto|cpu|gpu] [--dtype f16|bf16]\n"
+    printf("usage: stof score --model DIR (--ids FILE | --file FILE) [--device auto|cpu|gpu]\n"
+           "                  [--dtype f16|bf16]\n"
            "Prints one JSON line per sequence of FILE: its log-likelihood (natural log, the\n"
            "sum over every token after the first) and perplexity under the decoder DIR.\n"
-           "  --ids FILE  one sequence per line: token ids separated by spaces ('-': standard\n"
-           "              input); blank lines are skipped\n");
+           "  --ids FILE   one sequence per line: token ids separated by spaces ('-': standard\n"
+           "               input); blank lines are skipped\n"
+           "  --file FILE  one text per line ('-': standard input), tokenized by DIR's\n"
+           "               tokenizer with its special tokens; blank lines are skipped\n");
 }
 
 typedef struct score_opts {
-    const char *model, *ids;
+    const char *model, *ids, *file;
     stof_device device;
     stof_dtype dtype;
 } score_opts;
@@ -112,12 +117,41 @@ static stof_status score_one(stof_model *m, const int32_t *ids, int n, int V, in
     return STOF_OK;
 }
 
-/* Every line of the file, in order; the first failure stops the run. */
-static stof_status score_file(stof_model *m, const score_opts *o, int V)
+/* One line of text (its line end dropped) into *ids through tok; *n = 0 for a
+ * blank line. */
+static stof_status encode_line(const stof_tokenizer *tok, const char *line, const char *path,
+                               int32_t **ids, int *n, int *cap)
 {
-    bool std_in = strcmp(o->ids, "-") == 0;
-    FILE *f = std_in ? stdin : fopen(o->ids, "rb");
-    STOF_REQUIRE(f, STOF_ERR_IO, "%s: cannot open: %s", o->ids, strerror(errno));
+    size_t len = strcspn(line, "\r\n"), k = 0, got = 0;
+    while (k < len && isspace((unsigned char)line[k]))
+        k++;
+    *n = 0;
+    if (k == len) return STOF_OK;
+    stof_status st;
+    while ((st = stof_tokenizer_encode(tok, line, len, NULL, *ids, (size_t)*cap, &got)) ==
+               STOF_ERR_INVALID_ARG &&
+           got > (size_t)*cap) {
+        STOF_REQUIRE(got <= INT32_MAX, STOF_ERR_SHAPE, "%s: a line of %zu tokens", path, got);
+        int32_t *grown = realloc(*ids, got * sizeof(int32_t));
+        STOF_REQUIRE(grown, STOF_ERR_OOM, "out of memory reading %s", path);
+        *ids = grown;
+        *cap = (int)got;
+    }
+    STOF_TRY(st);
+    *n = (int)got;
+    return STOF_OK;
+}
+
+/* Every line of the file, in order; the first failure stops the run. tok:
+ * lines are text, else token ids. */
+static stof_status score_file(stof_model *m, const score_opts *o, const stof_tokenizer *tok,
+                              int V)
+{
+    const char *path = tok ? o->file : o->ids;
+    bool std_in = strcmp(path, "-") == 0;
+    FILE *f = NULL;
+    if (!std_in) STOF_TRY(stof_file_open(path, true, &f));
+    else f = stdin;
     char *line = NULL;
     size_t line_cap = 0, logits_cap = 0;
     int32_t *ids = NULL;
@@ -126,15 +160,16 @@ static stof_status score_file(stof_model *m, const score_opts *o, int V)
     stof_status st = STOF_OK;
     while (st == STOF_OK && getline(&line, &line_cap, f) >= 0) {
         lineno++;
-        st = parse_ids(line, lineno, o->ids, &ids, &n, &ids_cap);
+        st = tok ? encode_line(tok, line, path, &ids, &n, &ids_cap)
+                 : parse_ids(line, lineno, path, &ids, &n, &ids_cap);
         if (st == STOF_OK && n > 0) st = score_one(m, ids, n, V, lineno, &logits, &logits_cap);
-        if (st != STOF_OK && strstr(stof_last_error(), o->ids) == NULL) {
+        if (st != STOF_OK && strstr(stof_last_error(), path) == NULL) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", stof_last_error());
-            st = stof_error(st, "%s:%d: %s", o->ids, lineno, msg);
+            st = stof_error(st, "%s:%d: %s", path, lineno, msg);
         }
     }
-    if (st == STOF_OK && ferror(f)) st = stof_error(STOF_ERR_IO, "%s: read failed", o->ids);
+    if (st == STOF_OK && ferror(f)) st = stof_error(STOF_ERR_IO, "%s: read failed", path);
     if (!std_in) fclose(f);
     free(line);
     free(ids);
@@ -148,16 +183,19 @@ int cmd_score(cli_args *a)
     const cli_opt opts[] = {
         CLI_OPT_STRING("--model", &o.model),
         CLI_OPT_STRING("--ids", &o.ids),
+        CLI_OPT_STRING("--file", &o.file),
         CLI_OPT_DEVICE("--device", &o.device),
         CLI_OPT_DTYPE("--dtype", &o.dtype),
     };
     if (!cli_parse(a, opts, CLI_COUNT(opts), score_usage)) return 2;
-    if (!o.model || !o.ids) {
-        fprintf(stderr, "stof score: --model DIR and --ids FILE are required\n");
+    if (!o.model || !o.ids == !o.file) {
+        fprintf(stderr,
+                "stof score: --model DIR and one of --ids FILE or --file FILE are required\n");
         return 2;
     }
     stof_ctx *ctx = NULL;
     stof_model *model = NULL;
+    stof_tokenizer *tok = NULL;
     stof_ctx_params cp = stof_ctx_default_params();
     cp.device = o.device;
     stof_status st = stof_ctx_create(&cp, &ctx);
@@ -175,11 +213,14 @@ int cmd_score(cli_args *a)
                 "stof score: %s is an encoder (family %s, model_type %s); scoring needs a "
                 "decoder\n",
                 o.model, info.family, info.model_type);
-    } else if ((st = score_file(model, &o, info.vocab)) != STOF_OK) {
+    } else if (o.file && (st = stof_tokenizer_open(o.model, &tok)) != STOF_OK) {
+        cli_fail(a, "loading the tokenizer", st);
+    } else if ((st = score_file(model, &o, tok, info.vocab)) != STOF_OK) {
         cli_fail(a, "scoring", st);
     } else {
         rc = 0;
     }
+    stof_tokenizer_destroy(tok);
     stof_model_destroy(model);
     stof_ctx_destroy(ctx);
     return rc;

@@ -213,10 +213,12 @@ test_score()
 {
     FAM=$SRC/tests/data/families
     run_case 0 score --help
-    out_has "usage: stof score --model DIR --ids FILE"
+    out_has "usage: stof score --model DIR (--ids FILE | --file FILE)"
     err_empty
-    usage_error "stof score: --model DIR and --ids FILE are required" score --model "$FAM/gpt2"
-    usage_error "stof score: unknown option '--file'" score --model "$FAM/gpt2" --file x
+    usage_error "stof score: --model DIR and one of --ids FILE or --file FILE are required" \
+        score --model "$FAM/gpt2"
+    usage_error "stof score: --model DIR and one of --ids FILE or --file FILE are required" \
+        score --model "$FAM/gpt2" --ids x --file y
     for fam in gpt2 llama mistral qwen2; do
         run_case 0 score --device cpu --model "$FAM/$fam" --ids "$FAM/$fam.ids"
         out_lines 3
@@ -235,7 +237,26 @@ test_score()
     run_case 1 score --device cpu --model "$FAM/modernbert" --ids "$FAM/gpt2.ids"
     err_has "scoring needs a decoder"
     run_case 1 score --device cpu --model "$FAM/gpt2" --ids "$tmp/no_such_file"
-    err_has "no_such_file: cannot open"
+    err_has "no_such_file: no such file"
+    # Text: the folder's tokenizer gives the ids (the tiny GPT-2 with the golden GPT-2
+    # tokenizer, whose ids for these texts fit its vocabulary); the scores equal those of
+    # the same ids given with --ids.
+    mkdir -p "$tmp/gpt2_text"
+    cp "$FAM/gpt2/config.json" "$FAM/gpt2/model.safetensors" "$tmp/gpt2_text/"
+    cp "$SRC/tests/data/tok/gpt2/tokenizer.json" "$SRC/tests/data/tok/gpt2/tokenizer_config.json" \
+        "$tmp/gpt2_text/"
+    printf 'a b c\n\nHello\n' >"$tmp/text"
+    run_case 0 tokenize --model "$tmp/gpt2_text" --file "$tmp/text"
+    sed -e 's/.*\[\(.*\)\].*/\1/' -e 's/,/ /g' "$tmp/out" >"$tmp/ids"
+    run_case 0 score --device cpu --model "$tmp/gpt2_text" --ids "$tmp/ids"
+    cp "$tmp/out" "$tmp/by_ids"
+    run_case 0 score --device cpu --model "$tmp/gpt2_text" --file "$tmp/text"
+    out_lines 2
+    sed -e 's/"line": [0-9]*, //' "$tmp/out" >"$tmp/a"
+    sed -e 's/"line": [0-9]*, //' "$tmp/by_ids" >"$tmp/b"
+    cmp -s "$tmp/a" "$tmp/b" || fail "score --file differs from score --ids of the same ids"
+    run_case 1 score --device cpu --model "$FAM/gpt2" --file "$tmp/text"
+    err_has "loading the tokenizer"
 }
 
 test_tune()
