@@ -49,15 +49,19 @@ def main():
         for i, code in enumerate(blocks(text, "python")):
             run([sys.executable, "-c", code], env, f"Python snippet {i}")
             print(f"check_readme: Python snippet {i} ran")
-    # The command lines run in a scratch folder that sees the repository's models/
-    # and examples/, so that what they write lands there.
+    # The command lines run in a scratch folder that sees the repository's models/,
+    # examples/ and tests/ (the tiny checkpoints), so that what they write lands there.
     with tempfile.TemporaryDirectory() as tmp:
-        for sub in ("models", "examples"):
+        for sub in ("models", "examples", "tests"):
             os.symlink(os.path.join(ROOT, sub), os.path.join(tmp, sub))
         for code in blocks(text, "sh"):
             for line in code.splitlines():
                 line = line.split("  #")[0].strip()
-                if line.startswith("build/stof "):
+                if line.startswith("build/stof ") and line.endswith("&"):
+                    # A server started in the background: tests/serve/test_serve.py runs
+                    # the README's serving block against a live server.
+                    print(f"check_readme: left to test_serve: {line}")
+                elif line.startswith("build/stof "):
                     cmd = os.path.join(build, "stof") + line[len("build/stof"):]
                     run(["sh", "-c", cmd], env, line, cwd=tmp)
                     print(f"check_readme: ran {line}")
