@@ -241,6 +241,12 @@ static void test_malformed(void)
     /* The dense message says where dense masks come from. */
     check_rejected("dense", 1);
     CHECK(strstr(stof_last_error(), "tensor") != NULL, "dense message: %s", stof_last_error());
+    /* The alignment words place parts; alone they are no spec (and would format as "",
+     * which does not parse back). */
+    check_rejected("bottomright", 1);
+    check_rejected("\n\nbottomright", 1);
+    check_rejected("topleft", 1);
+    check_rejected("topleft,bottomright", 1);
 }
 
 /* ---------------------------------------------------------------- builder misuse */

@@ -508,6 +508,9 @@ stof_status stof_mask_spec_parse(const char *text, stof_mask_spec **out)
             break;
         }
     }
+    /* The alignment words qualify the parts: a spec of them alone has none. */
+    if (st == STOF_OK && ps.spec->n_parts == 0)
+        st = parse_error(&ps, 0, "a spec needs a part; topleft and bottomright only place them");
     if (st != STOF_OK) {
         stof_mask_spec_destroy(ps.spec);
         return st;
