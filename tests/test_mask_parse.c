@@ -247,6 +247,23 @@ static void test_malformed(void)
     check_rejected("\n\nbottomright", 1);
     check_rejected("topleft", 1);
     check_rejected("topleft,bottomright", 1);
+    /* An alignment word is no part: 64 parts and topleft, in either order, parse and
+     * format back to a spec that parses. */
+    {
+        char text[64 * 12 + 16] = "topleft";
+        for (int i = 0; i < 64; i++)
+            strcat(text, ",global:2");
+        stof_mask_spec *aligned = NULL;
+        CHECK_OK(stof_mask_spec_parse(text, &aligned));
+        char back[sizeof text];
+        if (aligned) {
+            CHECK_OK(stof_mask_spec_format(aligned, back, sizeof back, NULL));
+            stof_mask_spec *again = NULL;
+            CHECK_OK(stof_mask_spec_parse(back, &again));
+            stof_mask_spec_destroy(again);
+        }
+        stof_mask_spec_destroy(aligned);
+    }
 }
 
 /* ---------------------------------------------------------------- builder misuse */

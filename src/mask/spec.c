@@ -441,13 +441,20 @@ static stof_status parse_blocks(parser *ps)
 static stof_status parse_part(parser *ps)
 {
     size_t at = ps->pos;
-    if (ps->spec->n_parts == MASK_MAX_PARTS)
-        return parse_error(ps, at, "too many parts (at most %d)", MASK_MAX_PARTS);
     size_t n = 0;
     while (ps->s[at + n] >= 'a' && ps->s[at + n] <= 'z')
         n++;
     const char *w = ps->s + at;
 #define KEYWORD(k) (n == sizeof(k) - 1 && memcmp(w, k, n) == 0)
+    /* Alignment words: a setting of the whole spec, written among the parts (and not
+     * one of them, so not counted against the limit). */
+    if (KEYWORD("topleft") || KEYWORD("bottomright")) {
+        ps->pos += n;
+        return stof_mask_spec_set_align(ps->spec,
+                                        *w == 't' ? STOF_ALIGN_TOP_LEFT : STOF_ALIGN_BOTTOM_RIGHT);
+    }
+    if (ps->spec->n_parts == MASK_MAX_PARTS)
+        return parse_error(ps, at, "too many parts (at most %d)", MASK_MAX_PARTS);
     if (KEYWORD("full")) {
         ps->pos += n;
         return stof_mask_spec_add_full(ps->spec);
@@ -455,12 +462,6 @@ static stof_status parse_part(parser *ps)
     if (KEYWORD("causal")) {
         ps->pos += n;
         return stof_mask_spec_add_causal(ps->spec);
-    }
-    /* Alignment words: a setting of the whole spec, written among the parts. */
-    if (KEYWORD("topleft") || KEYWORD("bottomright")) {
-        ps->pos += n;
-        return stof_mask_spec_set_align(ps->spec,
-                                        *w == 't' ? STOF_ALIGN_TOP_LEFT : STOF_ALIGN_BOTTOM_RIGHT);
     }
     if (KEYWORD("dense"))
         return parse_error(ps, at,
