@@ -37,28 +37,11 @@ typedef struct golden {
 static golden *goldens;
 static int n_goldens;
 
+/* The whole file (NUL-terminated), or NULL when it cannot be read. */
 static char *read_text_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *bigger = realloc(buf, 2 * cap + 1);
-        if (!bigger) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = bigger;
-        cap *= 2;
-    }
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    *len = n;
-    return buf;
+    char *buf = NULL;
+    return stof_read_file(path, (size_t)1 << 30, &buf, len) == STOF_OK ? buf : NULL;
 }
 
 static int hex_value(char c)
