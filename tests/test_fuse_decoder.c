@@ -171,6 +171,8 @@ static void test_rope(stof_ctx *ctx, test_rng *r)
         rope_case(ctx, r, dt, 129, 4, 1, 128, 128, 1, 1000000.f, 4096); /* MQA, linear */
         rope_case(ctx, r, dt, 50, 2, 2, 256, 256, 0, 160000.f, 8192);  /* ModernBERT global */
         rope_case(ctx, r, dt, 4097, 3, 1, 96, 96, 0, 10000.f, 16384);
+        rope_case(ctx, r, dt, 65, 3, 1, 20, 12, 0, 10000.f, 512); /* unaligned: scalar path */
+        rope_case(ctx, r, dt, 9, 70, 10, 64, 64, 0, 10000.f, 64); /* heads past one CTA's threads */
     }
 }
 

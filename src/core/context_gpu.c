@@ -44,6 +44,7 @@ stof_status stof_ctx_init_gpu(stof_ctx *ctx, const stof_ctx_params *p)
     ctx->smem_per_sm = prop.sharedMemPerMultiprocessor;
     ctx->max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
     ctx->regs_per_sm = prop.regsPerMultiprocessor;
+    ctx->l2_bytes = prop.l2CacheSize > 0 ? (size_t)prop.l2CacheSize : 0;
     if (p->stream) {
         ctx->stream = p->stream;
     } else {

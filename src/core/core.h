@@ -69,6 +69,7 @@ struct stof_ctx {
     size_t smem_per_sm;
     int max_threads_per_sm;
     int regs_per_sm;
+    size_t l2_bytes; /* the device's L2 cache (0: unknown) */
     int cpu_threads;
     /* device workspace (one block, grown outside a forward) */
     void *ws;

@@ -133,6 +133,15 @@ static __device__ __forceinline__ float exp2_approx(float x)
     return y;
 }
 
+/* 1/x, approximate (1 ulp): one MUFU op, where x / y compiles to IEEE
+ * division's checked subroutine; 1/inf = +0. */
+static __device__ __forceinline__ float rcp_approx(float x)
+{
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* ---------------------------------------------------------------- warp reductions */
 
 /* Over the 4 lanes of a quad (the lanes sharing an accumulator row). */

@@ -50,8 +50,10 @@ stof_status fuse_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens, 
     STOF_REQUIRE(heads >= 1 && head_dim >= 2, STOF_ERR_SHAPE,
                  "%s: %d heads of %d dims: need at least one head of two dims", what, heads,
                  head_dim);
-    STOF_REQUIRE(rot_dim >= 2 && rot_dim % 2 == 0 && rot_dim <= head_dim, STOF_ERR_SHAPE,
-                 "%s: rot_dim %d must be even, in [2, head_dim = %d]", what, rot_dim, head_dim);
+    STOF_REQUIRE(rot_dim >= 2 && rot_dim % 2 == 0 && rot_dim <= head_dim &&
+                     rot_dim <= 2 * FUSE_ROPE_MAX_HALF,
+                 STOF_ERR_SHAPE, "%s: rot_dim %d must be even, in [2, min(head_dim = %d, %d)]",
+                 what, rot_dim, head_dim, 2 * FUSE_ROPE_MAX_HALF);
     STOF_REQUIRE(row_stride >= (int64_t)heads * head_dim, STOF_ERR_SHAPE,
                  "%s: row_stride %lld is shorter than %d heads of %d", what,
                  (long long)row_stride, heads, head_dim);

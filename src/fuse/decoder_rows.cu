@@ -8,7 +8,8 @@
  *
  * RoPE forms the angle position * inv_freq in fp32 as HF does (an angle of a
  * few thousand radians keeps its fp32 rounding) and takes a full-precision
- * sincosf of it; the rotation is fp32, rounded once. Device-side indices
+ * sincosf of it, once per token and pair index; the rotation is fp32,
+ * rounded once. Device-side indices
  * (token ids, positions, cu_seqlens) are checked, never trusted.
  */
 #include "fuse/internal.h"
@@ -17,25 +18,49 @@
 
 /* ---------------------------------------------------------------- RoPE */
 
-/* One thread per rotated pair (t, h, i): x[t, h, i] and x[t, h, i + half]. */
-template <typename T>
-__global__ void rope_kernel(T *x, int64_t tokens, int heads, int head_dim, int64_t row_stride,
+/* One CTA per token: the angles' sines and cosines once per token into
+ * shared memory (every head rotates by the same ones), then the heads' pairs
+ * (x[h, i], x[h, i + half]), eight at a time in 16-byte vectors when V (every
+ * row, head and half 16-byte aligned), else one at a time. Against one
+ * thread per pair with its own sincosf and 64-bit index divisions, on an
+ * H200: ModernBERT-base (16, 2048) 140 us a layer, LLaMA-1B (8, 512) 27. */
+template <typename T, bool V>
+__global__ void rope_kernel(T *x, int heads, int head_dim, int64_t row_stride,
                             const int32_t *__restrict__ positions,
                             const float *__restrict__ inv_freq, int half)
 {
-    const int64_t n = tokens * heads * half;
-    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
-         k += (int64_t)gridDim.x * blockDim.x) {
-        const int i = (int)(k % half);
-        const int64_t th = k / half;
-        const int h = (int)(th % heads);
-        const int64_t t = th / heads;
-        T *p = x + t * row_stride + (int64_t)h * head_dim;
-        float s, c;
-        sincosf((float)positions[t] * inv_freq[i], &s, &c);
-        const float a = (float)p[i], b = (float)p[i + half];
-        p[i] = (T)(a * c - b * s);
-        p[i + half] = (T)(b * c + a * s);
+    __shared__ float2 cs[FUSE_ROPE_MAX_HALF]; /* (cos, sin) of pair i */
+    const int64_t t = blockIdx.x;
+    const float pos = (float)positions[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float sn, cn;
+        sincosf(pos * inv_freq[i], &sn, &cn);
+        cs[i] = make_float2(cn, sn);
+    }
+    __syncthreads();
+    T *row = x + t * row_stride;
+    const int per_head = V ? half / 8 : half;
+    for (int w = threadIdx.x; w < heads * per_head; w += blockDim.x) {
+        const int h = w / per_head, i0 = (w - h * per_head) * (V ? 8 : 1);
+        T *p = row + (int64_t)h * head_dim + i0;
+        if constexpr (V) {
+            float a[8], b[8];
+            load8<T>(a, p);
+            load8<T>(b, p + half);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float2 c = cs[i0 + e], ae = make_float2(a[e], b[e]);
+                a[e] = ae.x * c.x - ae.y * c.y;
+                b[e] = ae.y * c.x + ae.x * c.y;
+            }
+            store8<T>(p, a);
+            store8<T>(p + half, b);
+        } else {
+            const float2 c = cs[i0];
+            const float a = (float)p[0], b = (float)p[half];
+            p[0] = (T)(a * c.x - b * c.y);
+            p[half] = (T)(b * c.x + a * c.y);
+        }
     }
 }
 
@@ -44,12 +69,20 @@ static stof_status launch_rope_t(stof_ctx *ctx, void *x, int64_t tokens, int hea
                                  int64_t row_stride, const int32_t *positions,
                                  const float *inv_freq, int rot_dim)
 {
-    int half = rot_dim / 2;
-    int64_t n = tokens * heads * half;
-    int64_t blocks = stof_cdiv(n, 256), cap = (int64_t)ctx->sm_count * 8;
-    if (blocks > cap) blocks = cap;
-    rope_kernel<T><<<(unsigned)blocks, 256, 0, (cudaStream_t)ctx->stream>>>(
-        (T *)x, tokens, heads, head_dim, row_stride, positions, inv_freq, half);
+    const int half = rot_dim / 2;
+    STOF_REQUIRE(tokens <= INT32_MAX, STOF_ERR_UNSUPPORTED,
+                 "fuse_rope: %lld tokens (one CTA each: at most 2^31 - 1)", (long long)tokens);
+    const bool v = half % 8 == 0 && head_dim % 8 == 0 && row_stride % 8 == 0 &&
+                   ((uintptr_t)x & 15u) == 0;
+    const int work = heads * (v ? half / 8 : half);
+    const int threads = work >= 256 ? 256 : (work + 31) / 32 * 32;
+    cudaStream_t st = (cudaStream_t)ctx->stream;
+    if (v)
+        rope_kernel<T, true><<<(unsigned)tokens, threads, 0, st>>>(
+            (T *)x, heads, head_dim, row_stride, positions, inv_freq, half);
+    else
+        rope_kernel<T, false><<<(unsigned)tokens, threads, 0, st>>>(
+            (T *)x, heads, head_dim, row_stride, positions, inv_freq, half);
     return STOF_CUDA(cudaGetLastError());
 }
 

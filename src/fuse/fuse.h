@@ -349,7 +349,9 @@ stof_status fuse_norm(stof_ctx *ctx, stof_dtype dtype, fuse_norm_kind kind, int6
  * inv_freq[i] (device F32 [rot_dim / 2]) on pairs (i, i + rot_dim / 2). On
  * a packed QKV buffer [T, (heads + 2 kv_heads) * D] one call with heads +
  * kv_heads heads turns q and k, which lie side by side in each row.
+ * rot_dim is at most 2 FUSE_ROPE_MAX_HALF.
  */
+#define FUSE_ROPE_MAX_HALF 256
 stof_status fuse_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens, int heads,
                       int head_dim, int64_t row_stride, const int32_t *positions,
                       const float *inv_freq, int rot_dim);
