@@ -45,16 +45,11 @@ static stof_status forward(stof_model *m, const stof_model_info *info, const int
     stof_tensor log = stof_tensor_make(o->logits, STOF_F32, STOF_MEM_HOST, 3, sh_log);
     stof_forward_params p = stof_forward_default_params();
     stof_mask_spec *spec = NULL;
-    if (text) {
-        stof_status st = stof_mask_spec_parse(text, &spec);
-        if (st != STOF_OK) return st;
-    }
+    stof_status st = text ? stof_mask_spec_parse(text, &spec) : STOF_OK;
     p.mask = spec;
-    if (info->is_decoder) {
-        p.logits = &log;
-        p.logits_all = 1;
-    }
-    stof_status st = stof_model_forward(m, &p, &tids, &tlen, NULL, &hid, NULL);
+    p.logits = info->is_decoder ? &log : NULL;
+    p.logits_all = info->is_decoder;
+    if (st == STOF_OK) st = stof_model_forward(m, &p, &tids, &tlen, NULL, &hid, NULL);
     stof_mask_spec_destroy(spec);
     unsetenv("STOF_CPU_REFERENCE");
     return st;

@@ -357,19 +357,26 @@ static void tiles_covered(int64_t lo, int64_t hi, int tn, int64_t *c0, int64_t *
     *c1 = lo > hi ? *c0 - 1 : (hi + 1) / tn - 1;
 }
 
+/* Appends tiles c0..c1 cut to the band's b0..b1 to a list; *count: how many. */
+static void acc_push(int64_t *lo, int64_t *hi, int *n, int64_t c0, int64_t c1, int64_t b0,
+                     int64_t b1, int64_t *count)
+{
+    c0 = mask_max64(c0, b0);
+    c1 = mask_min64(c1, b1);
+    *count = 0;
+    if (c0 > c1) return;
+    lo[*n] = c0;
+    hi[*n] = c1;
+    (*n)++;
+    *count = c1 - c0 + 1;
+}
+
 /* Tiles touched by columns [lo, hi] and by the band. */
 static void acc_touch(row_acc *a, int64_t lo, int64_t hi, int tn, int64_t *count)
 {
     int64_t c0, c1;
     tiles_touched(lo, hi, tn, &c0, &c1);
-    c0 = mask_max64(c0, a->bt_lo);
-    c1 = mask_min64(c1, a->bt_hi);
-    *count = 0;
-    if (c0 > c1) return;
-    a->t_lo[a->nt] = c0;
-    a->t_hi[a->nt] = c1;
-    a->nt++;
-    *count = c1 - c0 + 1;
+    acc_push(a->t_lo, a->t_hi, &a->nt, c0, c1, a->bt_lo, a->bt_hi, count);
 }
 
 /* Tiles lying entirely inside columns [lo, hi] that the band covers. */
@@ -377,14 +384,7 @@ static void acc_cover(row_acc *a, int64_t lo, int64_t hi, int tn, int64_t *count
 {
     int64_t c0, c1;
     tiles_covered(lo, hi, tn, &c0, &c1);
-    c0 = mask_max64(c0, a->bf_lo);
-    c1 = mask_min64(c1, a->bf_hi);
-    *count = 0;
-    if (c0 > c1) return;
-    a->f_lo[a->nf] = c0;
-    a->f_hi[a->nf] = c1;
-    a->nf++;
-    *count = c1 - c0 + 1;
+    acc_push(a->f_lo, a->f_hi, &a->nf, c0, c1, a->bf_lo, a->bf_hi, count);
 }
 
 /* An analytic part visible for columns [t_lo, t_hi] of some row of the tile
