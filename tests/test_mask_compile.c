@@ -103,8 +103,11 @@ static void test_known_answers(stof_ctx *ctx)
     static const struct {
         const char *text;
         int left, right;
-    } bands[] = {{"", -1, 1 << 30}, {",within:causal", -1, 0}, {",within:2:5", 2, 5},
-                 {",within:0:3", 0, 3}, {",within:1", 1, 1}};
+    } bands[] = {{"", -1, 1 << 30},
+                 {",within:causal", -1, 0},
+                 {",within:2:5", 2, 5},
+                 {",within:0:3", 0, 3},
+                 {",within:1", 1, 1}};
     const size_t n_bands = sizeof bands / sizeof bands[0];
     for (size_t kk = 0; kk < 2 * n_bands * (sizeof cases / sizeof cases[0]); kk++) {
         /* Each case in each band bottom-right (the default), then top-left. */
@@ -417,10 +420,12 @@ static void test_words(test_rng *r, int count)
                 int j0 = (int)test_rng_int(r, 0, plan.lk), width = (int)test_rng_int(r, 1, 64);
                 uint64_t w = mask_tile_word(&he.e, b, h, lenq, lenk, i, j0, width), want = 0;
                 for (int bit = 0; bit < width; bit++)
-                    if (mask_tile_element(&he.e, b, h, lenq, lenk, i, j0 + bit)) want |= 1ull << bit;
+                    if (mask_tile_element(&he.e, b, h, lenq, lenk, i, j0 + bit))
+                        want |= 1ull << bit;
                 if (w != want) {
-                    fprintf(stderr, "  word (b %d, h %d, row %d, j0 %d, width %d): %llx want %llx\n",
-                            b, h, i, j0, width, (unsigned long long)w, (unsigned long long)want);
+                    fprintf(stderr,
+                            "  word (b %d, h %d, row %d, j0 %d, width %d): %llx want %llx\n", b, h,
+                            i, j0, width, (unsigned long long)w, (unsigned long long)want);
                     wrong = 1;
                 }
             }

@@ -92,8 +92,8 @@ static void run_family(stof_ctx *ctx, const char *name, const char *own, test_rn
         CHECK_OK(forward(m, &info, ids, lens, sparse[k], true, &base));
         CHECK_OK(forward(m, &info, ids, lens, sparse[k], false, &got));
         double eh = test_rel_err(got.hidden, base.hidden, (int64_t)base.n_hidden);
-        double el = info.is_decoder ? test_rel_err(got.logits, base.logits, (int64_t)base.n_logits)
-                                    : 0.0;
+        double el =
+            info.is_decoder ? test_rel_err(got.logits, base.logits, (int64_t)base.n_logits) : 0.0;
         CHECK(eh <= 1e-4 && el <= 1e-4, "%s \"%s\": fast path off the reference by %.3g / %.3g",
               name, sparse[k], eh, el);
         /* and the spec is not the no-spec forward: the sparsity reached the layers */

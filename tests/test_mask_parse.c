@@ -288,8 +288,7 @@ static void test_malformed(void)
     /* So is a band alone (it qualifies parts, and would format as a spec of none). */
     check_rejected("within:causal", 1);
     check_rejected("within:4,topleft", 1);
-    CHECK(strstr(stof_last_error(), "within") != NULL, "band-alone message: %s",
-          stof_last_error());
+    CHECK(strstr(stof_last_error(), "within") != NULL, "band-alone message: %s", stof_last_error());
     /* An alignment word is no part, nor is a band: 64 parts with topleft and a band, in
      * either order, parse and format back to a spec that parses. */
     {

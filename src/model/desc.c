@@ -44,7 +44,8 @@ stof_status desc_layer_mask_spec(desc_mask mask, int left, int right, const stof
                   : stof_mask_spec_add_window(s, left, right);
         break;
     case MASK_KIND_CAUSAL_WINDOW:
-        st = user ? stof_mask_spec_within_window(s, left, 0) : stof_mask_spec_add_window(s, left, 0);
+        st =
+            user ? stof_mask_spec_within_window(s, left, 0) : stof_mask_spec_add_window(s, left, 0);
         break;
     }
     if (st != STOF_OK) {
