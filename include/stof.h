@@ -154,7 +154,15 @@ STOF_API const char *stof_dtype_name(stof_dtype dtype);
  *   full | causal | window:W | window:L:R | dilated:WxD | global:N |
  *   global:[i,j,...] | random:BxN@SEED | blocks:B:ROW/ROW/... (ROW = 0/1 chars)
  * and, anywhere among them, the alignment words topleft or bottomright (the
- * default, not printed by the formatter).
+ * default, not printed by the formatter), and band clauses:
+ *   within:causal             j <= a
+ *   within:W | within:L:R     a-L <= j <= a+R (W: L = R = W)
+ * A band is no part: it intersects the union of the parts (key j is visible
+ * when some part says so AND j lies in the band), at the same row offset as
+ * the analytic parts, so "window:256,global:64,within:causal" is a causal
+ * LLaMA's layers with BigBird-style sparsity. Several clauses intersect (the
+ * formatter prints the one band they leave, after the parts); a spec of
+ * alignment words and bands alone is refused.
  * e.g. "window:128,global:32,random:64x3@7". dense masks come only from a
  * tensor (stof_mask_spec_add_dense); they, and per-head block layouts, format as
  * "dense" and "blocks:B:heads=H", which do not parse back. A random part takes
@@ -191,6 +199,12 @@ STOF_API stof_status stof_mask_spec_add_blocks(stof_mask_spec *spec, int block_s
 /* dense: U8 tensor [B|1, H|1, Lq, Lk], host or device memory; referenced, not
  * copied: it must stay valid until every stof_mask_compile that uses it returns. */
 STOF_API stof_status stof_mask_spec_add_dense(stof_mask_spec *spec, const stof_tensor *dense);
+/* Intersect the spec's band with causal (j <= a) / with a-left <= j <= a+right
+ * (left, right >= 0): text "within:causal" / "within:L:R". */
+STOF_API stof_status stof_mask_spec_within_causal(stof_mask_spec *spec);
+STOF_API stof_status stof_mask_spec_within_window(stof_mask_spec *spec, int left, int right);
+/* A copy of spec (lists and layouts copied; dense tensors referenced, as by spec). */
+STOF_API stof_status stof_mask_spec_copy(const stof_mask_spec *spec, stof_mask_spec **out);
 
 typedef enum stof_mask_builder {
     STOF_BUILDER_AUTO = 0, /* the context's device */

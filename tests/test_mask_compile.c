@@ -5,12 +5,16 @@
  *    against formulas written out here (random blocks with this file's own
  *    splitmix64), so a wrong predicate cannot hide behind the oracle that
  *    shares it with the compiler.
- * 2. A property test over hundreds of random specs (test_mask_gen.c): decode
+ * 2. The word form (mask_tile_word, what the GPU builder evaluates) against
+ *    the element predicate, bit by bit, on random cases here on the host.
+ * 3. A property test over hundreds of random specs (test_mask_gen.c): decode
  *    equals the oracle for every (b, h), tiles hold exactly the spec's
  *    elements (rows past the query length included where the oracle
  *    reaches), the CSR structure is sound, stats and estimate agree.
  */
 #include "test_mask_gen.c"
+
+#include "mask/mask_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -95,12 +99,23 @@ static void test_known_answers(stof_ctx *ctx)
     static const int shapes[][2] = {{23, 23}, {17, 24}, {24, 9}, {1, 1}};
     static const int32_t lens_q[] = {23, 11}, lens_k[] = {23, 9};
     static const int tiles[] = {16, 32, 64, 128};
-    for (size_t kk = 0; kk < 2 * sizeof cases / sizeof cases[0]; kk++) {
-        /* Each case bottom-right (the default), then top-left. */
-        const size_t k = kk / 2;
+    /* Bands (within:), written out: -left <= j - a <= right; left -1: no bound. */
+    static const struct {
+        const char *text;
+        int left, right;
+    } bands[] = {{"", -1, 1 << 30},
+                 {",within:causal", -1, 0},
+                 {",within:2:5", 2, 5},
+                 {",within:0:3", 0, 3},
+                 {",within:1", 1, 1}};
+    const size_t n_bands = sizeof bands / sizeof bands[0];
+    for (size_t kk = 0; kk < 2 * n_bands * (sizeof cases / sizeof cases[0]); kk++) {
+        /* Each case in each band bottom-right (the default), then top-left. */
+        const size_t k = kk / (2 * n_bands), bi = kk / 2 % n_bands;
         const bool top_left = kk % 2;
         char text[128];
-        snprintf(text, sizeof text, "%s%s", cases[k].text, top_left ? ",topleft" : "");
+        snprintf(text, sizeof text, "%s%s%s", cases[k].text, bands[bi].text,
+                 top_left ? ",topleft" : "");
         stof_mask_spec *spec = NULL;
         CHECK_OK(stof_mask_spec_parse(text, &spec));
         if (!spec) continue;
@@ -129,7 +144,7 @@ static void test_known_answers(stof_ctx *ctx)
                 CHECK_STATUS(st, STOF_ERR_SHAPE);
                 continue;
             }
-            CHECK(st == STOF_OK, "%s at %dx%d: %s", cases[k].text, lq, lk, stof_last_error());
+            CHECK(st == STOF_OK, "%s at %dx%d: %s", text, lq, lk, stof_last_error());
             if (st != STOF_OK) continue;
             uint8_t got[24 * 24], oracle[24 * 24];
             int64_t nnz = 0;
@@ -142,8 +157,10 @@ static void test_known_answers(stof_ctx *ctx)
                 for (int i = 0; i < lq; i++) {
                     for (int j = 0; j < lk; j++) {
                         int off = top_left ? 0 : lenk - lenq;
-                        int want =
-                            i < lenq && j < lenk && ref_visible(&cases[k], b, lenk, off, i, j);
+                        bool in_band = (bands[bi].left < 0 || j - (i + off) >= -bands[bi].left) &&
+                                       j - (i + off) <= bands[bi].right;
+                        int want = i < lenq && j < lenk && in_band &&
+                                   ref_visible(&cases[k], b, lenk, off, i, j);
                         nnz += want;
                         wrong += got[i * lk + j] != want;
                         wrong_oracle += oracle[i * lk + j] != want;
@@ -160,7 +177,7 @@ static void test_known_answers(stof_ctx *ctx)
             CHECK(stats.instances == inst, "%s: %d instances, want %d", cases[k].text,
                   stats.instances, inst);
             if (inst == 1) nnz /= 2;
-            CHECK(stats.nnz == nnz, "%s at %dx%d: nnz %lld want %lld", cases[k].text, lq, lk,
+            CHECK(stats.nnz == nnz, "%s at %dx%d: nnz %lld want %lld", text, lq, lk,
                   (long long)stats.nnz, (long long)nnz);
             stof_mask_destroy(m);
         }
@@ -263,6 +280,7 @@ static void test_row_imbalance(stof_ctx *ctx)
     } cases[] = {{"full", 1.19, 1.21},
                  {"window:128", 1.0, 1.3},
                  {"causal", 2.3, 2.4},
+                 {"full,within:causal", 2.3, 2.4},
                  {"window:128,global:32", 8.0, 16.0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         stof_mask_spec *spec = NULL;
@@ -308,6 +326,9 @@ static void test_residue_split(stof_ctx *ctx)
         {"dilated:2x2,dilated:3x4", 24, 24, 0, 1}, /* two dilations */
         {"dilated:3x2,causal", 24, 24, 0, 1},
         {"dilated:3x2,global:1", 24, 24, 0, 1},
+        {"dilated:3x4,within:causal", 24, 24, 0, 4}, /* bands are carried to the classes */
+        {"dilated:3x2,dilated:1x2,within:5:2,topleft", 30, 60, 0, 2},
+        {"dilated:3x4,within:3:4", 48, 48, 0, 4},
     };
     const int32_t lens[2] = {24, 10};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -374,6 +395,105 @@ static void test_residue_split(stof_ctx *ctx)
     }
 }
 
+/* mask_tile_word against mask_tile_element: every row of each instance at
+ * random word offsets and widths (bits past the width must be zero). */
+static void test_words(test_rng *r, int count)
+{
+    int failed = 0;
+    for (int k = 0; k < count && failed < 5; k++) {
+        gen_case g;
+        gen_case_make(r, &g, NULL, false);
+        stof_tensor tq, tk;
+        stof_mask_params p = gen_params(&g, &tq, &tk, STOF_BUILDER_CPU);
+        mask_plan plan;
+        mask_host_eval he;
+        memset(&he, 0, sizeof he);
+        stof_status st = mask_plan_make(NULL, g.spec, &p, true, &plan);
+        if (st == STOF_OK) st = mask_host_eval_make(g.spec, &plan, &he);
+        CHECK(st == STOF_OK, "case %d (%s): %s", k, g.desc, stof_last_error());
+        int wrong = 0;
+        for (int s = 0; st == STOF_OK && s < plan.n_inst && !wrong; s++) {
+            int b, h;
+            mask_instance_bh(&he.e, s, &b, &h);
+            int lenq = plan.len_q[b], lenk = plan.len_k[b];
+            for (int i = 0; i < plan.lq + 3 && !wrong; i++) {
+                int j0 = (int)test_rng_int(r, 0, plan.lk), width = (int)test_rng_int(r, 1, 64);
+                uint64_t w = mask_tile_word(&he.e, b, h, lenq, lenk, i, j0, width), want = 0;
+                for (int bit = 0; bit < width; bit++)
+                    if (mask_tile_element(&he.e, b, h, lenq, lenk, i, j0 + bit))
+                        want |= 1ull << bit;
+                if (w != want) {
+                    fprintf(stderr,
+                            "  word (b %d, h %d, row %d, j0 %d, width %d): %llx want %llx\n", b, h,
+                            i, j0, width, (unsigned long long)w, (unsigned long long)want);
+                    wrong = 1;
+                }
+            }
+        }
+        CHECK(!wrong, "case %d: word form differs from the elements: %s", k, g.desc);
+        failed += wrong;
+        mask_host_eval_free(&he);
+        mask_plan_free(&plan);
+        gen_case_free(&g, NULL);
+    }
+}
+
+/* A spec within a band lists what the part the band cuts it to does, and the
+ * host-side estimate (which picks tiles and kernels) must say so too: a layer
+ * kind met with a user's spec must not plan worse than the kind alone. */
+static void test_band_estimate(stof_ctx *ctx)
+{
+    static const char *pairs[][2] = {
+        {"full,within:causal", "causal"},
+        {"window:8,within:causal", "window:8:0"},
+        {"full,within:4", "window:4"},
+        {"causal,within:7:3", "window:7:0"},
+        {"full,within:100:0,topleft", "window:100:0,topleft"},
+    };
+    int32_t lens[3] = {300, 77, 1};
+    int64_t three = 3;
+    stof_tensor tl = stof_tensor_make(lens, STOF_I32, STOF_MEM_HOST, 1, &three);
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        for (int shape = 0; shape < 3; shape++) {
+            stof_mask_params p = stof_mask_default_params();
+            p.batch = 3;
+            p.len_q = shape == 2 ? 150 : 300;
+            p.len_k = 300;
+            p.lengths_q = shape == 0 ? &tl : NULL;
+            p.tile_m = shape == 1 ? 32 : 64;
+            p.tile_n = 64;
+            mask_estimate est[2];
+            int64_t entries[2] = {-1, -2}, partial[2] = {-1, -2};
+            for (int w = 0; w < 2; w++) {
+                stof_mask_spec *spec = NULL;
+                stof_mask *m = NULL;
+                CHECK_OK(stof_mask_spec_parse(pairs[k][w], &spec));
+                CHECK_OK(stof_mask_compile(ctx, spec, &p, &m));
+                mask_tiles_host h;
+                if (m && stof_mask_to_host(m, &h) == STOF_OK) {
+                    est[w] = *stof_mask_estimate_view(m);
+                    entries[w] = h.entries;
+                    partial[w] = h.partial;
+                    mask_tiles_host_free(&h);
+                }
+                stof_mask_destroy(m);
+                stof_mask_spec_destroy(spec);
+            }
+            CHECK(entries[0] == entries[1] && partial[0] == partial[1],
+                  "%s vs %s (shape %d): %lld/%lld tiles against %lld/%lld", pairs[k][0],
+                  pairs[k][1], shape, (long long)entries[0], (long long)partial[0],
+                  (long long)entries[1], (long long)partial[1]);
+            CHECK(est[0].tiles_per_row == est[1].tiles_per_row &&
+                      est[0].partial_per_row == est[1].partial_per_row &&
+                      est[0].row_imbalance == est[1].row_imbalance,
+                  "%s vs %s (shape %d): estimate %.4f/%.4f/%.4f against %.4f/%.4f/%.4f",
+                  pairs[k][0], pairs[k][1], shape, est[0].tiles_per_row, est[0].partial_per_row,
+                  est[0].row_imbalance, est[1].tiles_per_row, est[1].partial_per_row,
+                  est[1].row_imbalance);
+        }
+    }
+}
+
 int main(void)
 {
     stof_ctx_params cp = stof_ctx_default_params();
@@ -387,6 +507,8 @@ int main(void)
     test_tile_rule(ctx);
     test_row_imbalance(ctx);
     test_residue_split(ctx);
+    test_band_estimate(ctx);
+    test_words(&r, 300);
     const char *env = getenv("STOF_MASK_CASES");
     test_random_cases(ctx, &r, env ? atoi(env) : 1000);
     stof_ctx_destroy(ctx);

@@ -1,8 +1,9 @@
 /*
  * test_mask_gen.c — random mask cases for the mask tests (#included by
  * test_mask_compile.c and test_mask_gpu.c, not a test of its own): unions of
- * every kind of part, per-batch and per-head variation, lengths (including
- * 0 and full), odd and rectangular shapes, every tile size; plus the checks
+ * every kind of part, within bands or not, per-batch and per-head variation,
+ * lengths (including 0 and full), odd and rectangular shapes, every tile
+ * size; plus the checks
  * every compiled mask must pass against the dense oracle.
  *
  * Dense parts are drawn as a mixture of solid rectangles and noise so that
@@ -23,7 +24,8 @@ typedef struct gen_case {
     int32_t *len_q, *len_k; /* host [batch] or NULL (as passed to compile) */
     int32_t *eff_k;         /* key lengths in effect (the NULL rule applied), host [batch] */
     bool has_dense_or_blocks;
-    bool has_full; /* a full part (all_visible) */
+    bool has_full;  /* a full part (all_visible) */
+    bool band_cuts; /* a band that may cut the plane (all_visible off) */
     void *dense_mem[GEN_MAX_DENSE];
     stof_memory dense_kind[GEN_MAX_DENSE];
     int n_dense;
@@ -283,6 +285,24 @@ static void gen_case_make(test_rng *r, gen_case *g, gen_place_fn place, bool all
         g->n_parts += stof_mask_spec_add_causal(g->spec) == STOF_OK;
         gen_appendf(g, "causal,");
     }
+    /* One case in three within a band (the union cut to it), sometimes two
+     * (intersected); a band of 2e9 a side cuts nothing. */
+    for (int n = (int)test_rng_int(r, 0, 5) - 3; n > 0; n--) {
+        int lmax = g->lq > g->lk ? g->lq : g->lk;
+        int kind = (int)test_rng_int(r, 0, 5);
+        if (kind == 0) {
+            stof_mask_spec_within_causal(g->spec);
+            g->band_cuts = true;
+            gen_appendf(g, "within:causal,");
+            continue;
+        }
+        int left = (int)test_rng_int(r, 0, lmax), right = (int)test_rng_int(r, 0, lmax);
+        if (kind == 1) right = 0;
+        if (kind == 2) left = right = 2000000000;
+        g->band_cuts |= kind != 2;
+        stof_mask_spec_within_window(g->spec, left, right);
+        gen_appendf(g, "within:%d:%d,", left, right);
+    }
     /* One case in four top-left; the rest at the default bottom-right alignment. */
     if (test_rng_int(r, 0, 3) == 0) {
         stof_mask_spec_set_align(g->spec, STOF_ALIGN_TOP_LEFT);
@@ -433,7 +453,8 @@ static int check_tiles_against(const mask_tiles *t, int s, const uint8_t *plane,
 }
 
 /* The residue split the compiler must store the case with (mask.h), read
- * from the spec's canonical text: every part "dilated:WxD" with one D > 1,
+ * from the spec's canonical text: every part "dilated:WxD" with one D > 1
+ * (bands aside),
  * no lengths, D dividing both lengths, and no row offset (Lq == Lk or
  * top-left alignment). Else 1. */
 static int gen_expected_split(const gen_case *g)
@@ -450,6 +471,7 @@ static int gen_expected_split(const gen_case *g)
             top_left = true;
             continue;
         }
+        if (strncmp(part, "within:", 7) == 0) continue; /* a split carries the band */
         int w = 0, dd = 0, used = 0;
         if (sscanf(part, "dilated:%dx%d%n", &w, &dd, &used) != 2 || part[used] != '\0') return 1;
         if (d && dd != d) return 1;
@@ -471,7 +493,7 @@ static int check_mask_case(const gen_case *g, stof_mask *mask)
     }
     const mask_tiles *t = &h.t;
     bad += check_structure(&h, g->desc);
-    if (t->all_visible != (int)g->has_full) {
+    if (t->all_visible != (int)(g->has_full && !g->band_cuts)) {
         fprintf(stderr, "  all_visible %d for %s\n", t->all_visible, g->desc);
         bad++;
     }

@@ -1,8 +1,8 @@
 /*
  * test_mask_gpu.c — the GPU mask compiler against the CPU one: for hundreds
- * of random specs (test_mask_gen.c) both builders run on one GPU context and
- * their outputs must be byte-identical (lengths, row_ptr, col, bits,
- * bitmaps); the GPU result must also decode to the dense oracle. Lengths and
+ * of random specs (test_mask_gen.c, within bands or not) both builders run
+ * on one GPU context and their outputs must be byte-identical (lengths,
+ * row_ptr, col, bits, bitmaps); the GPU result must also decode to the dense oracle. Lengths and
  * dense parts are given in host and in device memory. The device memory
  * pool is poisoned before each compile so that unwritten output shows up.
  * Reusable masks are built again for new device lengths, directly and from a
@@ -152,11 +152,12 @@ static void test_clamped_lengths(stof_ctx *ctx)
     stof_mask_spec_destroy(g.spec);
 }
 
-/* The two benchmark masks at full size. */
+/* The two benchmark masks at full size, and the long masked case of a
+ * decoder (BigBird-style sparsity within its causal band). */
 static void test_large(stof_ctx *ctx, test_rng *r)
 {
-    const char *specs[2] = {"window:128,global:32", NULL};
-    for (int k = 0; k < 2; k++) {
+    const char *specs[3] = {"window:128,global:32", NULL, "window:256,global:64,within:causal"};
+    for (int k = 0; k < 3; k++) {
         gen_case g;
         memset(&g, 0, sizeof g);
         g.batch = 4;
@@ -177,7 +178,7 @@ static void test_large(stof_ctx *ctx, test_rng *r)
             stof_mask_spec_add_random(g.spec, 64, 3, 1234);
             free(lay);
         }
-        CHECK(run_case(ctx, &g, k == 0, false) == 0, "large case %d", k);
+        CHECK(run_case(ctx, &g, specs[k] != NULL, false) == 0, "large case %d", k);
         stof_mask_spec_destroy(g.spec);
         free(g.len_q);
     }

@@ -65,6 +65,18 @@ static void test_valid_forms(void)
         {"topleft , window:3", "window:3,topleft"},
         {"causal,bottomright", "causal"},
         {"topleft,bottomright,causal", "causal"},
+        /* Bands: printed once, after the parts, before the alignment; several intersect. */
+        {"global:64,within:causal", "global:64,within:causal"},
+        {"within:causal,window:256,global:64", "window:256,global:64,within:causal"},
+        {"full,within:8", "full,within:8"},
+        {"full,within:8:8", "full,within:8"},
+        {"full,within:3:0", "full,within:3:0"},
+        {"full,within:0", "full,within:0"},
+        {"topleft,full,within:2:5", "full,within:2:5,topleft"},
+        {"full,within:causal,within:4", "full,within:4:0"},
+        {"full,within:9:2,within:3:7", "full,within:3:2"},
+        {"full,within:causal,within:causal", "full,within:causal"},
+        {"full,within:2147483647", "full,within:2147483647"},
     };
     for (size_t k = 0; k < sizeof forms / sizeof forms[0]; k++)
         check_round_trip(forms[k][0], forms[k][1]);
@@ -130,6 +142,15 @@ static void test_builder_round_trip(test_rng *r)
             }
             }
         }
+        /* Bands, one in three specs, sometimes two (they intersect). */
+        for (int n = (int)test_rng_int(r, 0, 5) - 3; n > 0; n--) {
+            if (test_rng_int(r, 0, 2) == 0)
+                CHECK_OK(stof_mask_spec_within_causal(spec));
+            else
+                CHECK_OK(stof_mask_spec_within_window(spec, (int)test_rng_int(r, 0, 300),
+                                                      (int)test_rng_int(r, 0, 300)));
+        }
+        if (test_rng_int(r, 0, 3) == 0) stof_mask_spec_set_align(spec, STOF_ALIGN_TOP_LEFT);
         size_t needed = 0;
         CHECK_OK(stof_mask_spec_format(spec, NULL, 0, &needed));
         char *a = malloc(needed), *b = malloc(needed);
@@ -141,10 +162,18 @@ static void test_builder_round_trip(test_rng *r)
             CHECK_OK(stof_mask_spec_format(again, b, needed, NULL));
             CHECK(strcmp(a, b) == 0, "\"%s\" re-formats as \"%s\"", a, b);
         }
+        /* A copy outlives its original and formats the same. */
+        stof_mask_spec *copy = NULL;
+        CHECK_OK(stof_mask_spec_copy(spec, &copy));
+        stof_mask_spec_destroy(spec);
+        if (copy) {
+            CHECK_OK(stof_mask_spec_format(copy, b, needed, NULL));
+            CHECK(strcmp(a, b) == 0, "copy of \"%s\" formats as \"%s\"", a, b);
+        }
         free(a);
         free(b);
         stof_mask_spec_destroy(again);
-        stof_mask_spec_destroy(spec);
+        stof_mask_spec_destroy(copy);
     }
 }
 
@@ -225,6 +254,15 @@ static void test_malformed(void)
         {"foo", 1},
         {"window:\xff", 8},
         {"causal\x01", 7},
+        {"full,within", 12},
+        {"full,within:", 13},
+        {"full,within:x", 13},
+        {"full,within:-1", 13},
+        {"full,within:3:", 15},
+        {"full,within:causalx", 19},
+        {"full,within:causal:1", 19},
+        {"full,within:2147483648", 13},
+        {"full,Within:1", 6},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
         check_rejected(bad[k].text, bad[k].position);
@@ -247,10 +285,14 @@ static void test_malformed(void)
     check_rejected("\n\nbottomright", 1);
     check_rejected("topleft", 1);
     check_rejected("topleft,bottomright", 1);
-    /* An alignment word is no part: 64 parts and topleft, in either order, parse and
-     * format back to a spec that parses. */
+    /* So is a band alone (it qualifies parts, and would format as a spec of none). */
+    check_rejected("within:causal", 1);
+    check_rejected("within:4,topleft", 1);
+    CHECK(strstr(stof_last_error(), "within") != NULL, "band-alone message: %s", stof_last_error());
+    /* An alignment word is no part, nor is a band: 64 parts with topleft and a band, in
+     * either order, parse and format back to a spec that parses. */
     {
-        char text[64 * 12 + 16] = "topleft";
+        char text[64 * 12 + 32] = "topleft,within:3:1";
         for (int i = 0; i < 64; i++)
             strcat(text, ",global:2");
         stof_mask_spec *aligned = NULL;
@@ -282,6 +324,9 @@ static void test_builder_misuse(void)
     CHECK_STATUS(stof_mask_spec_add_global(NULL, 1), STOF_ERR_INVALID_ARG);
     CHECK_STATUS(stof_mask_spec_add_random(NULL, 1, 1, 0), STOF_ERR_INVALID_ARG);
     CHECK_STATUS(stof_mask_spec_set_align(NULL, STOF_ALIGN_TOP_LEFT), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(stof_mask_spec_within_causal(NULL), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(stof_mask_spec_within_window(NULL, 1, 1), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(stof_mask_spec_copy(NULL, &out), STOF_ERR_INVALID_ARG);
     stof_mask_spec_destroy(NULL);
 
     stof_mask_spec *spec = NULL;
@@ -291,6 +336,11 @@ static void test_builder_misuse(void)
     CHECK_STATUS(stof_mask_spec_add_window(spec, 0, -5), STOF_ERR_INVALID_ARG);
     CHECK(strstr(stof_last_error(), "-5") != NULL, "message names the value: %s",
           stof_last_error());
+    CHECK_STATUS(stof_mask_spec_within_window(spec, -2, 0), STOF_ERR_INVALID_ARG);
+    CHECK(strstr(stof_last_error(), "-2") != NULL, "message names the value: %s",
+          stof_last_error());
+    CHECK_STATUS(stof_mask_spec_within_window(spec, 0, -1), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(stof_mask_spec_copy(spec, NULL), STOF_ERR_INVALID_ARG);
     CHECK_STATUS(stof_mask_spec_add_dilated(spec, 1, 0), STOF_ERR_INVALID_ARG);
     CHECK_STATUS(stof_mask_spec_add_dilated(spec, -1, 1), STOF_ERR_INVALID_ARG);
     CHECK_STATUS(stof_mask_spec_add_global(spec, 0), STOF_ERR_INVALID_ARG);

@@ -67,6 +67,9 @@ int main(void)
     p = shape(4, 16, 4096, 64);
     CHECK(planned_tile_m(&gpu, "full", p) == 128, "dense: tall");
     CHECK(planned_tile_m(&gpu, "causal", p) == 128, "causal: tall");
+    CHECK(planned_tile_m(&gpu, "full,within:causal", p) == 128, "full within causal: tall");
+    CHECK(planned_tile_m(&gpu, "window:128,global:32,within:causal", p) == 64,
+          "longformer within causal: 64");
     CHECK(planned_tile_m(&gpu, "window:128", p) == 64, "window: 64");
     CHECK(planned_tile_m(&gpu, "window:128,global:32", p) == 64, "longformer: 64");
     CHECK(planned_tile_m(&gpu, "random:64x3@7,window:64", p) == 64, "random blocks: 64");

@@ -28,7 +28,8 @@ static void usage(FILE *f)
             "Run 'stof COMMAND --help' for a command's options.\n"
             "Mask specs: full | causal | window:W | window:L:R | dilated:WxD | global:N |\n"
             "  global:[i,j,..] | random:BxN@SEED | blocks:B:ROW/ROW/..., joined with ','\n"
-            "  e.g. window:128,global:32,random:64x3@7\n");
+            "  e.g. window:128,global:32,random:64x3@7; within:causal or within:L:R cuts\n"
+            "  the union to a band (window:256,global:64,within:causal)\n");
 }
 
 int main(int argc, char **argv)

@@ -116,6 +116,8 @@ _SIGNATURES = {
     "stof_mask_spec_add_random": (c_int, [_vp, c_int, c_int, c_uint64]),
     "stof_mask_spec_add_blocks": (c_int, [_vp, c_int, c_int, c_int, c_int, _P(c_uint8)]),
     "stof_mask_spec_add_dense": (c_int, [_vp, _P(Tensor)]),
+    "stof_mask_spec_within_causal": (c_int, [_vp]),
+    "stof_mask_spec_within_window": (c_int, [_vp, c_int, c_int]),
     "stof_mask_default_params": (MaskParams, []),
     "stof_mask_compile": (c_int, [_vp, _vp, _P(MaskParams), _P(_vp)]),
     "stof_mask_destroy": (None, [_vp]),

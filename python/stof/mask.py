@@ -38,6 +38,7 @@ class Mask:
 
         stof.Mask().window(128).global_(32)
         stof.Mask.parse("window:128,global:32,random:64x3@7")
+        stof.Mask().window(256).global_(64).within("causal")  # a decoder's BigBird
 
     str(mask) is the canonical text form (dense parts print as "dense").
     """
@@ -91,6 +92,15 @@ class Mask:
     def window(self, left, right=None):
         """i-left <= j <= i+right (right defaults to left)."""
         return self._add("stof_mask_spec_add_window", _lib.c_int(left, "left"),
+                         _lib.c_int(left if right is None else right, "right"))
+
+    def within(self, left, right=None):
+        """Cut the whole union to the band i-left <= j <= i+right (right defaults to
+        left), or to j <= i with left="causal": text "within:L:R" / "within:causal".
+        Bands intersect: calling it again narrows the band."""
+        if left == "causal" and right is None:
+            return self._add("stof_mask_spec_within_causal")
+        return self._add("stof_mask_spec_within_window", _lib.c_int(left, "left"),
                          _lib.c_int(left if right is None else right, "right"))
 
     def dilated(self, window, dilation):

@@ -282,10 +282,14 @@ stof_status mask_plan_tiles(stof_ctx *ctx, const stof_mask_spec *spec,
     return STOF_OK;
 }
 
-/* Whether the spec holds everywhere: a union with a full part (mask.h,
- * all_visible). */
-static bool spec_all_visible(const stof_mask_spec *spec)
+/* Whether the spec holds everywhere (mask.h, all_visible): a union with a
+ * full part, in a band that reaches every pair of the tile-padded plane at
+ * any row offset (|off| <= max(Lq, Lk)). */
+static bool spec_all_visible(const stof_mask_spec *spec, const mask_plan *plan)
 {
+    int64_t rows = (int64_t)plan->n_trow * plan->tm;
+    if (spec->band_left < rows + plan->lk || spec->band_right < (int64_t)plan->lq + plan->lk)
+        return false;
     for (int i = 0; i < spec->n_parts; i++)
         if (spec->parts[i].kind == MASK_PART_FULL) return true;
     return false;
@@ -308,12 +312,15 @@ static int residue_split(const stof_mask_spec *spec, const stof_mask_params *p)
 }
 
 /* What a split mask is compiled from: each dilated part as the window it is
- * over one residue class, at the classes' lengths. */
+ * over one residue class, at the classes' lengths. A band -L <= j - i <= R
+ * is -L/d <= c - a <= R/d there (i - j = (a - c) d, rounded inwards). */
 static stof_status split_inputs(const stof_mask_spec *spec, const stof_mask_params *params, int d,
                                 stof_mask_spec **sub, stof_mask_params *sub_params)
 {
     STOF_TRY(stof_mask_spec_create(sub));
     (*sub)->align = spec->align; /* no offset either way (residue_split) */
+    if (spec->band_left != MASK_BAND_OPEN) (*sub)->band_left = spec->band_left / d;
+    if (spec->band_right != MASK_BAND_OPEN) (*sub)->band_right = spec->band_right / d;
     for (int i = 0; i < spec->n_parts; i++) {
         stof_status st = stof_mask_spec_add_window(*sub, spec->parts[i].a, spec->parts[i].a);
         if (st != STOF_OK) {
@@ -395,7 +402,7 @@ stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
 #else
         st = cpu_build(ctx, spec, &plan, m);
 #endif
-        if (st == STOF_OK) m->t.all_visible = spec_all_visible(spec);
+        if (st == STOF_OK) m->t.all_visible = spec_all_visible(spec, &plan);
     }
     mask_plan_free(&plan);
     if (st != STOF_OK) {

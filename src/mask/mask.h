@@ -36,7 +36,8 @@
  * apart in memory, so that no tile carries the other classes' zeros (a
  * dilation-2 mask otherwise lists every tile of its band half empty).
  * stof_mask_compile stores a mask so when every part is dilated with one
- * dilation d > 1, no lengths are given and d divides Lq and Lk.
+ * dilation d > 1, no lengths are given and d divides Lq and Lk; a band
+ * (within:) is carried over as the band it is over the classes.
  */
 #ifndef STOF_MASK_H
 #define STOF_MASK_H
@@ -62,7 +63,8 @@ typedef struct mask_tiles {
     const int32_t *bits;      /* [entries] -1 full, else bitmap index */
     const uint64_t *bitmap;   /* [partial][tile_m][words_per_row] */
     int split;                /* residue classes (see above); 1: none */
-    int all_visible;          /* 1: the spec holds everywhere (it has a full part), so
+    int all_visible;          /* 1: the spec holds everywhere (a full part, no band that
+                                 cuts the plane), so
                                  that tile row r lists columns 0 .. ceil(len_k / tile_n)
                                  - 1 when r * tile_m < len_q (none otherwise), all full
                                  but a last one cut by len_k; kernels may skip the list */

@@ -15,6 +15,15 @@
  * (compile rejects longer lengths), so differences fit in 32 bits; sums that
  * involve user parameters are taken in 64 bits.
  *
+ * The band (a spec's within: clauses) intersects the union of the parts:
+ * element (i, j) is set iff some part holds and -band_left <= j - (i + off)
+ * <= band_right, off the analytic parts' row offset. A side without a bound is
+ * MASK_BAND_OPEN, far past any index, so "no band" is the band (OPEN, OPEN)
+ * and every test below stays a plain comparison. A band's tile class is
+ * exact (its rows' column ranges overlap), which is what keeps the
+ * intersection's interval reasoning sound: a tile is empty when either side
+ * is, full only when both are.
+ *
  * Random blocks: block column k of block row bi of batch entry b is
  *     hi32(mix64(row_key(seed, b, bi) + k)) % ceil(len_k[b] / block)
  * with row_key = mix64(mix64(mix64(seed) ^ b) ^ bi) and mix64 the splitmix64
@@ -51,6 +60,9 @@ enum {
     MASK_TILE_UNKNOWN = 3 /* to be settled element by element */
 };
 
+/* A band side without a bound: beyond any index difference (< 2^32). */
+#define MASK_BAND_OPEN ((int64_t)1 << 40)
+
 /* Block rows x picks examined per tile before the random part answers "unknown". */
 #define MASK_RANDOM_PROBE_MAX 64
 
@@ -79,6 +91,7 @@ typedef struct mask_eval {
     int64_t len_q_stride, len_k_stride;
     int32_t align_end; /* 1: analytic parts see row i as i + (lenk - lenq), bottom-right
                           alignment (stof.h); 0: top-left */
+    int64_t band_left, band_right; /* the band (top of file); MASK_BAND_OPEN: no bound */
 } mask_eval;
 
 /* ---------------------------------------------------------------- helpers */
@@ -227,11 +240,13 @@ MASK_HD static inline int mask_part_visible(const mask_part_eval *p, int b, int 
     return 0;
 }
 
-/* The union of the parts at (i, j), before lengths. */
+/* The union of the parts at (i, j) within the band, before lengths. */
 MASK_HD static inline int mask_visible(const mask_eval *e, int b, int h, int lenq, int lenk, int i,
                                        int j)
 {
     const int64_t off = mask_row_offset(e, lenq, lenk);
+    const int64_t d = (int64_t)j - ((int64_t)i + off);
+    if (d < -e->band_left || d > e->band_right) return 0;
     for (int p = 0; p < e->n_parts; p++)
         if (mask_part_visible(&e->parts[p], b, h, lenk, off, i, j)) return 1;
     return 0;
@@ -357,18 +372,18 @@ MASK_HD static inline uint64_t mask_part_word(const mask_part_eval *p, int b, in
 }
 
 /* Bit k (k < width) is mask_tile_element(e, b, h, lenq, lenk, i, j0 + k): the union
- * of the parts, cut at the key length; bits at or past width are zero. */
+ * of the parts within the band, cut at the key length; bits at or past width are zero. */
 MASK_HD static inline uint64_t mask_tile_word(const mask_eval *e, int b, int h, int lenq, int lenk,
                                               int i, int j0, int width)
 {
     int64_t n = (int64_t)lenk - j0;
     if (n <= 0) return 0;
     if (n < width) width = (int)n;
-    const int64_t off = mask_row_offset(e, lenq, lenk);
-    uint64_t all = mask_bit_range(0, width - 1, width), w = 0;
-    for (int p = 0; p < e->n_parts && w != all; p++)
+    const int64_t off = mask_row_offset(e, lenq, lenk), ia = (int64_t)i + off;
+    uint64_t band = mask_bit_range(ia - e->band_left - j0, ia + e->band_right - j0, width), w = 0;
+    for (int p = 0; p < e->n_parts && (w & band) != band; p++)
         w |= mask_part_word(&e->parts[p], b, h, lenk, off, i, j0, width);
-    return w;
+    return w & band;
 }
 
 /* ---------------------------------------------------------------- tiles */
@@ -448,10 +463,21 @@ MASK_HD static inline int mask_part_tile_class(const mask_part_eval *p, int b, i
     return MASK_TILE_UNKNOWN;
 }
 
+/* The band over rows [a0, a1) (offset applied) x columns [j0, j1): EMPTY,
+ * FULL or MIXED, exactly (a row's columns a-L..a+R overlap the next row's). */
+MASK_HD static inline int mask_band_tile_class(const mask_eval *e, int64_t a0, int64_t a1,
+                                               int64_t j0, int64_t j1)
+{
+    if (j0 >= a1 - 1 - e->band_left && j1 - 1 <= a0 + e->band_right) return MASK_TILE_FULL;
+    if (j0 > a1 - 1 + e->band_right || j1 - 1 < a0 - e->band_left) return MASK_TILE_EMPTY;
+    return MASK_TILE_MIXED;
+}
+
 /*
  * Tile (r, c) of instance (b, h) with real lengths lenq, lenk: EMPTY, FULL,
- * MIXED (a part covers the columns below lenk but the tile reaches past it)
- * or UNKNOWN. Tile rows starting at or past lenq are empty (mask.h).
+ * MIXED (known partial: a part covers the columns below lenk but the tile
+ * reaches past them or the band cuts it) or UNKNOWN. Tile rows starting at
+ * or past lenq are empty (mask.h).
  */
 MASK_HD static inline int mask_tile_class(const mask_eval *e, int b, int h, int lenq, int lenk,
                                           int r, int c)
@@ -461,10 +487,13 @@ MASK_HD static inline int mask_tile_class(const mask_eval *e, int b, int h, int 
     int64_t i1 = i0 + e->tile_m, j1 = j0 + e->tile_n;
     int64_t je = mask_min64(j1, lenk);
     const int64_t off = mask_row_offset(e, lenq, lenk);
+    int band = mask_band_tile_class(e, i0 + off, i1 + off, j0, je);
+    if (band == MASK_TILE_EMPTY) return MASK_TILE_EMPTY;
     int any = 0;
     for (int p = 0; p < e->n_parts; p++) {
         int k = mask_part_tile_class(&e->parts[p], b, h, lenk, off, i0, i1, j0, je);
-        if (k == MASK_TILE_FULL) return je == j1 ? MASK_TILE_FULL : MASK_TILE_MIXED;
+        if (k == MASK_TILE_FULL)
+            return je == j1 && band == MASK_TILE_FULL ? MASK_TILE_FULL : MASK_TILE_MIXED;
         if (k != MASK_TILE_EMPTY) any = 1;
     }
     return any ? MASK_TILE_UNKNOWN : MASK_TILE_EMPTY;

@@ -41,6 +41,7 @@ struct stof_mask_spec {
     int n_parts;
     mask_part parts[MASK_MAX_PARTS];
     stof_mask_align align; /* how the analytic parts place rows when Lq != Lk */
+    int64_t band_left, band_right; /* the within: band (mask_eval); MASK_BAND_OPEN: no bound */
 };
 
 /* Compile parameters checked against the spec. */
@@ -56,6 +57,7 @@ typedef struct mask_plan {
     int64_t cap_entries, cap_partial;
     mask_estimate est;
     int align_end; /* the spec's alignment is bottom-right (mask_eval.align_end) */
+    int64_t band_left, band_right; /* the spec's band (mask_eval) */
 } mask_plan;
 
 typedef struct mask_layout {

@@ -10,6 +10,12 @@
  * exactly; the other parts add counts. Unknown (device) lengths are bounded
  * at the padded length plus one straddling tile per row. The CPU builder
  * checks its exact counts against both forms, so the CPU tests exercise them.
+ *
+ * A band (within:) is an interval too: each interval part is cut to the tiles
+ * the band touches and covers, so "full,within:causal" bounds (and estimates)
+ * exactly as "causal" does; counts of the other parts cannot be placed, so
+ * they stay as they are and none of them counts as covering. Tiles the band
+ * touches without covering may all be candidates.
  */
 #include "mask/mask_internal.h"
 
@@ -167,6 +173,8 @@ stof_status mask_plan_make(stof_ctx *ctx, const stof_mask_spec *spec, const stof
     plan->lq = p->len_q;
     plan->lk = p->len_k;
     plan->align_end = spec->align == STOF_ALIGN_BOTTOM_RIGHT;
+    plan->band_left = spec->band_left;
+    plan->band_right = spec->band_right;
     plan->tm = p->tile_m ? p->tile_m : 64;
     plan->tn = p->tile_n ? p->tile_n : 64;
     plan->n_trow = (int)stof_cdiv(plan->lq, plan->tm);
@@ -220,6 +228,8 @@ void mask_eval_set_geometry(const mask_plan *plan, mask_eval *e)
     e->n_trow = plan->n_trow;
     e->n_tcol = plan->n_tcol;
     e->align_end = plan->align_end;
+    e->band_left = plan->band_left;
+    e->band_right = plan->band_right;
 }
 
 void mask_part_eval_fill(const mask_part *src, const mask_plan *plan, mask_part_eval *dst)
@@ -317,6 +327,8 @@ typedef struct row_acc {
     int64_t t_lo[MASK_MAX_PARTS], t_hi[MASK_MAX_PARTS];
     int64_t f_lo[MASK_MAX_PARTS], f_hi[MASK_MAX_PARTS];
     int nt, nf;
+    int64_t bt_lo, bt_hi, bf_lo, bf_hi; /* tiles the band touches / covers (empty: lo > hi) */
+    bool banded;                        /* a band that bounds (counts cannot be placed) */
     int64_t t_scattered; /* touched tiles of non-interval parts (a sum) */
     int64_t f_scattered; /* largest covered-tile count of one non-interval part */
     int64_t unknown;     /* sum over parts of tiles a part leaves undecided */
@@ -331,29 +343,48 @@ typedef struct bound_ctx {
     bool has_blocks, head_blocks; /* head_blocks: a blocks part with one layout per head */
 } bound_ctx;
 
-/* Tiles touched by columns [lo, hi] (element indices, inclusive). */
-static void acc_touch(row_acc *a, int64_t lo, int64_t hi, int tn, int64_t *count)
+/* Tiles touched by columns [lo, hi] (element indices, inclusive): *c0..*c1. */
+static void tiles_touched(int64_t lo, int64_t hi, int tn, int64_t *c0, int64_t *c1)
 {
-    if (lo > hi) {
-        *count = 0;
-        return;
-    }
-    a->t_lo[a->nt] = lo / tn;
-    a->t_hi[a->nt] = hi / tn;
-    *count = a->t_hi[a->nt] - a->t_lo[a->nt] + 1;
-    a->nt++;
+    *c0 = lo > hi ? 1 : lo / tn;
+    *c1 = lo > hi ? 0 : hi / tn;
 }
 
-/* Tiles lying entirely inside columns [lo, hi]. */
+/* Tiles lying entirely inside columns [lo, hi]: *c0..*c1. */
+static void tiles_covered(int64_t lo, int64_t hi, int tn, int64_t *c0, int64_t *c1)
+{
+    *c0 = (lo + tn - 1) / tn;
+    *c1 = lo > hi ? *c0 - 1 : (hi + 1) / tn - 1;
+}
+
+/* Appends tiles c0..c1 cut to the band's b0..b1 to a list; *count: how many. */
+static void acc_push(int64_t *lo, int64_t *hi, int *n, int64_t c0, int64_t c1, int64_t b0,
+                     int64_t b1, int64_t *count)
+{
+    c0 = mask_max64(c0, b0);
+    c1 = mask_min64(c1, b1);
+    *count = 0;
+    if (c0 > c1) return;
+    lo[*n] = c0;
+    hi[*n] = c1;
+    (*n)++;
+    *count = c1 - c0 + 1;
+}
+
+/* Tiles touched by columns [lo, hi] and by the band. */
+static void acc_touch(row_acc *a, int64_t lo, int64_t hi, int tn, int64_t *count)
+{
+    int64_t c0, c1;
+    tiles_touched(lo, hi, tn, &c0, &c1);
+    acc_push(a->t_lo, a->t_hi, &a->nt, c0, c1, a->bt_lo, a->bt_hi, count);
+}
+
+/* Tiles lying entirely inside columns [lo, hi] that the band covers. */
 static void acc_cover(row_acc *a, int64_t lo, int64_t hi, int tn, int64_t *count)
 {
-    int64_t c0 = (lo + tn - 1) / tn, c1 = (hi + 1) / tn - 1;
-    *count = 0;
-    if (lo > hi || c0 > c1) return;
-    a->f_lo[a->nf] = c0;
-    a->f_hi[a->nf] = c1;
-    a->nf++;
-    *count = c1 - c0 + 1;
+    int64_t c0, c1;
+    tiles_covered(lo, hi, tn, &c0, &c1);
+    acc_push(a->f_lo, a->f_hi, &a->nf, c0, c1, a->bf_lo, a->bf_hi, count);
 }
 
 /* An analytic part visible for columns [t_lo, t_hi] of some row of the tile
@@ -409,7 +440,7 @@ static void acc_part(const bound_ctx *bc, int k, row_acc *a, int64_t i0, int64_t
         break;
     case MASK_PART_GLOBAL_LIST: {
         int64_t rows = mask_list_count(p->list, p->a, i0, i1);
-        int64_t full = bc->list_full[k][lenk / tn];
+        int64_t full = a->banded ? 0 : bc->list_full[k][lenk / tn];
         if (rows == i1 - i0) {
             acc_interval(a, tn, lenk, 0, lenk - 1, 0, lenk - 1, true);
         } else if (rows > 0) {
@@ -498,14 +529,15 @@ static int64_t union_size(int64_t *lo, int64_t *hi, int n)
 }
 
 /* Listed-tile and candidate-tile bounds of a row: tu/fu the unions of the
- * interval parts' touched/covered tiles, the rest counts. */
+ * interval parts' touched/covered tiles, the rest counts; bt the tiles the
+ * band touches, edge those it touches without covering (0 without a band). */
 static void row_finish(int64_t tu, int64_t fu, int64_t t_scattered, int64_t f_scattered,
-                       int64_t unknown, int64_t nc, int64_t lenk, int tn, bool lens_unknown,
-                       int64_t *t_out, int64_t *c_out)
+                       int64_t unknown, int64_t bt, int64_t edge, int64_t lenk, int tn,
+                       bool lens_unknown, int64_t *t_out, int64_t *c_out)
 {
-    int64_t t = mask_min64(nc, tu + t_scattered);
+    int64_t t = mask_min64(bt, tu + t_scattered);
     int64_t f = mask_max64(fu, f_scattered);
-    int64_t c = mask_min64(mask_max64(0, t - f), unknown + (lenk % tn != 0));
+    int64_t c = mask_min64(mask_max64(0, t - f), unknown + edge + (lenk % tn != 0));
     if (lens_unknown) c += 1; /* the tile straddling an unknown key length */
     *t_out = t;
     *c_out = mask_min64(t, c);
@@ -573,18 +605,28 @@ static void bound_entry(const bound_ctx *bc, int64_t lenq, int64_t lenk, bool le
     *t_sum = *c_sum = *t_max = *rows_listed = 0;
     if (nc == 0) return;
     row_acc a;
+    a.banded = pl->band_left != MASK_BAND_OPEN || pl->band_right != MASK_BAND_OPEN;
     for (int64_t r = 0; r < rows; r++) {
         int64_t i0 = r * pl->tm, i1 = i0 + pl->tm;
         a.nt = a.nf = 0;
         a.t_scattered = a.f_scattered = a.unknown = 0;
+        /* The band over the tile row, as a window part is (acc_part), within the keys. */
+        tiles_touched(mask_max64(i0 + off_lo - pl->band_left, 0),
+                      mask_min64(i1 - 1 + off_hi + pl->band_right, lenk - 1), pl->tn, &a.bt_lo,
+                      &a.bt_hi);
+        tiles_covered(mask_max64(i1 - 1 + off_hi - pl->band_left, 0),
+                      mask_min64(i0 + off_lo + pl->band_right, lenk - 1), pl->tn, &a.bf_lo,
+                      &a.bf_hi);
+        int64_t bt = mask_max64(0, a.bt_hi - a.bt_lo + 1);
+        int64_t edge = a.banded ? bt - mask_max64(0, a.bf_hi - a.bf_lo + 1) : 0;
         for (int k = 0; k < bc->spec->n_parts; k++)
             acc_part(bc, k, &a, i0, i1, lenk, nc, off_lo, off_hi);
         int64_t tu = union_size(a.t_lo, a.t_hi, a.nt), fu = union_size(a.f_lo, a.f_hi, a.nf);
         for (int h = 0; h < heads; h++) {
-            int64_t bt = 0, bu = 0, t, c;
-            if (bc->has_blocks) acc_blocks(bc, h, i0, i1, nc, &bt, &bu);
-            row_finish(tu, fu, a.t_scattered + bt, a.f_scattered, a.unknown + bu, nc, lenk, pl->tn,
-                       lens_unknown, &t, &c);
+            int64_t bt_blocks = 0, bu = 0, t, c;
+            if (bc->has_blocks) acc_blocks(bc, h, i0, i1, nc, &bt_blocks, &bu);
+            row_finish(tu, fu, a.t_scattered + bt_blocks, a.f_scattered, a.unknown + bu, bt, edge,
+                       lenk, pl->tn, lens_unknown, &t, &c);
             *t_sum += t * mult;
             *c_sum += c * mult;
             if (t > *t_max) *t_max = t;

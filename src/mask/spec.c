@@ -20,6 +20,7 @@ stof_status stof_mask_spec_create(stof_mask_spec **out)
     *out = NULL;
     stof_mask_spec *s = NULL;
     STOF_TRY(stof_host_calloc(1, sizeof *s, (void **)&s));
+    s->band_left = s->band_right = MASK_BAND_OPEN;
     *out = s;
     return STOF_OK;
 }
@@ -44,6 +45,72 @@ stof_status stof_mask_spec_set_align(stof_mask_spec *spec, stof_mask_align align
                  "STOF_ALIGN_TOP_LEFT (1)",
                  (int)align);
     spec->align = align;
+    return STOF_OK;
+}
+
+/* Both calls intersect: the band only ever narrows, so the order of the
+ * clauses does not matter and the result is one band again (causal is the
+ * band with no left bound and right 0). */
+stof_status stof_mask_spec_within_causal(stof_mask_spec *spec)
+{
+    STOF_REQUIRE(spec, STOF_ERR_INVALID_ARG, "stof_mask_spec_within_causal: spec is NULL");
+    spec->band_right = 0;
+    return STOF_OK;
+}
+
+stof_status stof_mask_spec_within_window(stof_mask_spec *spec, int left, int right)
+{
+    STOF_REQUIRE(spec, STOF_ERR_INVALID_ARG, "stof_mask_spec_within_window: spec is NULL");
+    STOF_REQUIRE(left >= 0 && right >= 0, STOF_ERR_INVALID_ARG,
+                 "stof_mask_spec_within_window: left %d and right %d must be >= 0", left, right);
+    if (left < spec->band_left) spec->band_left = left;
+    if (right < spec->band_right) spec->band_right = right;
+    return STOF_OK;
+}
+
+/* Copies of the arrays a part owns (list, layout, summed-area table). */
+static stof_status spec_copy_part(const mask_part *src, mask_part *dst)
+{
+    *dst = *src;
+    dst->list = NULL;
+    dst->layout = NULL;
+    dst->sat = NULL;
+    if (src->list) {
+        size_t bytes = (size_t)src->a * sizeof *src->list;
+        STOF_TRY(stof_host_alloc(bytes, (void **)&dst->list));
+        memcpy(dst->list, src->list, bytes);
+    }
+    if (src->layout) {
+        size_t cells = (size_t)src->heads * src->rows * src->cols;
+        size_t sat = (size_t)src->heads * (src->rows + 1) * (src->cols + 1) * sizeof *src->sat;
+        STOF_TRY(stof_host_alloc(cells, (void **)&dst->layout));
+        memcpy(dst->layout, src->layout, cells);
+        STOF_TRY(stof_host_alloc(sat, (void **)&dst->sat));
+        memcpy(dst->sat, src->sat, sat);
+    }
+    return STOF_OK;
+}
+
+stof_status stof_mask_spec_copy(const stof_mask_spec *spec, stof_mask_spec **out)
+{
+    STOF_REQUIRE(out, STOF_ERR_INVALID_ARG, "stof_mask_spec_copy: out is NULL");
+    *out = NULL;
+    STOF_REQUIRE(spec, STOF_ERR_INVALID_ARG, "stof_mask_spec_copy: spec is NULL");
+    stof_mask_spec *c = NULL;
+    STOF_TRY(stof_mask_spec_create(&c));
+    c->align = spec->align;
+    c->band_left = spec->band_left;
+    c->band_right = spec->band_right;
+    stof_status st = STOF_OK;
+    for (int i = 0; i < spec->n_parts && st == STOF_OK; i++) {
+        st = spec_copy_part(&spec->parts[i], &c->parts[i]);
+        c->n_parts = i + 1; /* the part's arrays are freed with c from here on */
+    }
+    if (st != STOF_OK) {
+        stof_mask_spec_destroy(c);
+        return st;
+    }
+    *out = c;
     return STOF_OK;
 }
 
@@ -438,6 +505,21 @@ static stof_status parse_blocks(parser *ps)
     return st;
 }
 
+static stof_status parse_within(parser *ps)
+{
+    if (strncmp(ps->s + ps->pos, "causal", 6) == 0) {
+        ps->pos += 6;
+        return stof_mask_spec_within_causal(ps->spec);
+    }
+    if (!is_digit(ps->s[ps->pos]))
+        return parse_error(ps, ps->pos, "expected 'causal' or a number after 'within:'");
+    int left, right;
+    STOF_TRY(parse_int(ps, 0, "within:", "band size", &left));
+    right = left;
+    if (accept(ps, ':')) STOF_TRY(parse_int(ps, 0, "within:L:", "right band size", &right));
+    return stof_mask_spec_within_window(ps->spec, left, right);
+}
+
 static stof_status parse_part(parser *ps)
 {
     size_t at = ps->pos;
@@ -452,6 +534,12 @@ static stof_status parse_part(parser *ps)
         ps->pos += n;
         return stof_mask_spec_set_align(ps->spec,
                                         *w == 't' ? STOF_ALIGN_TOP_LEFT : STOF_ALIGN_BOTTOM_RIGHT);
+    }
+    /* The band clause qualifies the parts like the alignment words: no part either. */
+    if (KEYWORD("within")) {
+        ps->pos += n;
+        STOF_TRY(expect(ps, ':', "within"));
+        return parse_within(ps);
     }
     if (ps->spec->n_parts == MASK_MAX_PARTS)
         return parse_error(ps, at, "too many parts (at most %d)", MASK_MAX_PARTS);
@@ -487,7 +575,8 @@ static stof_status parse_part(parser *ps)
     return parse_error(ps, at,
                        "expected a part: full, causal, window:W, window:L:R, dilated:WxD, "
                        "global:N, global:[i,...], random:BxN@SEED or blocks:B:ROW/... (or an "
-                       "alignment: topleft, bottomright)");
+                       "alignment: topleft, bottomright; or a band: within:causal, within:W, "
+                       "within:L:R)");
 }
 
 stof_status stof_mask_spec_parse(const char *text, stof_mask_spec **out)
@@ -509,9 +598,11 @@ stof_status stof_mask_spec_parse(const char *text, stof_mask_spec **out)
             break;
         }
     }
-    /* The alignment words qualify the parts: a spec of them alone has none. */
+    /* The alignment words and the band qualify the parts: a spec of them alone has none. */
     if (st == STOF_OK && ps.spec->n_parts == 0)
-        st = parse_error(&ps, 0, "a spec needs a part; topleft and bottomright only place them");
+        st = parse_error(&ps, 0,
+                         "a spec needs a part; topleft, bottomright and within: only qualify "
+                         "them");
     if (st != STOF_OK) {
         stof_mask_spec_destroy(ps.spec);
         return st;
@@ -587,6 +678,18 @@ static void format_part(text_out *o, const mask_part *p)
     }
 }
 
+/* The band's sides are both bounded, or it is causal (no left bound, right
+ * 0): the builder calls only intersect those. */
+static void format_band(text_out *o, const stof_mask_spec *spec)
+{
+    if (spec->band_left == MASK_BAND_OPEN)
+        out_printf(o, "within:causal");
+    else if (spec->band_left == spec->band_right)
+        out_printf(o, "within:%lld", (long long)spec->band_left);
+    else
+        out_printf(o, "within:%lld:%lld", (long long)spec->band_left, (long long)spec->band_right);
+}
+
 bool stof_mask_spec_textual(const stof_mask_spec *spec)
 {
     if (!spec) return false;
@@ -608,7 +711,13 @@ stof_status stof_mask_spec_format(const stof_mask_spec *spec, char *buf, size_t 
         if (i) out_char(&o, ',');
         format_part(&o, &spec->parts[i]);
     }
-    if (spec->align == STOF_ALIGN_TOP_LEFT) out_printf(&o, spec->n_parts ? ",topleft" : "topleft");
+    bool band = spec->band_left != MASK_BAND_OPEN || spec->band_right != MASK_BAND_OPEN;
+    if (band) {
+        if (spec->n_parts) out_char(&o, ',');
+        format_band(&o, spec);
+    }
+    if (spec->align == STOF_ALIGN_TOP_LEFT)
+        out_printf(&o, spec->n_parts || band ? ",topleft" : "topleft");
     if (cap) buf[o.len < cap ? o.len : cap - 1] = '\0';
     if (needed) *needed = o.len + 1;
     return STOF_OK;

@@ -2,6 +2,11 @@
  * desc.c — what every model description must satisfy before an executor
  * walks it, its hash (the tuning cache's key), and the family registry.
  *
+ * A layer's mask under a user's spec is the spec within the layer's band,
+ * not a rewrite of its parts: the band composes with every kind of part
+ * (global tokens, random blocks, dense masks) and the compiled tiles are
+ * canonical, so "full,within:causal" compiles to what "causal" does.
+ *
  * The hash is FNV-1a over the fields one by one, never over raw structs, so
  * padding bytes and pointer values never reach it and the key stays stable
  * across builds.
@@ -16,6 +21,39 @@ void desc_free(model_desc *d)
     if (!d) return;
     free(d->layer);
     d->layer = NULL;
+}
+
+stof_status desc_layer_mask_spec(desc_mask mask, int left, int right, const stof_mask_spec *user,
+                                 stof_mask_spec **out)
+{
+    *out = NULL;
+    stof_mask_spec *s = NULL;
+    if (user)
+        STOF_TRY(stof_mask_spec_copy(user, &s));
+    else
+        STOF_TRY(stof_mask_spec_create(&s));
+    /* Without a user spec the kind is its own part: the spec says what it is. */
+    stof_status st = STOF_OK;
+    switch (mask) {
+    case MASK_KIND_FULL: st = user ? STOF_OK : stof_mask_spec_add_full(s); break;
+    case MASK_KIND_CAUSAL:
+        st = user ? stof_mask_spec_within_causal(s) : stof_mask_spec_add_causal(s);
+        break;
+    case MASK_KIND_WINDOW:
+        st = user ? stof_mask_spec_within_window(s, left, right)
+                  : stof_mask_spec_add_window(s, left, right);
+        break;
+    case MASK_KIND_CAUSAL_WINDOW:
+        st =
+            user ? stof_mask_spec_within_window(s, left, 0) : stof_mask_spec_add_window(s, left, 0);
+        break;
+    }
+    if (st != STOF_OK) {
+        stof_mask_spec_destroy(s);
+        return st;
+    }
+    *out = s;
+    return STOF_OK;
 }
 
 static uint64_t fnv_int(uint64_t h, int64_t v)

@@ -125,6 +125,13 @@ uint64_t desc_hash(const model_desc *d);
 /* Checks what every executor relies on (kv_heads divides heads, widths agree,
  * windows non-negative, ...); the message names the layer and field. */
 stof_status desc_validate(const model_desc *d);
+/* The mask a layer of this kind (window bounds left, right) attends with in a
+ * forward whose spec is user (NULL: every pair): the kind's own spec, or the
+ * user's within the kind's band (stof.h, within:). *out is new; the caller
+ * destroys it. The one place a layer's kind meets the user's spec: the GPU
+ * engine and the CPU executor's fast path both compile it. */
+stof_status desc_layer_mask_spec(desc_mask mask, int left, int right, const stof_mask_spec *user,
+                                 stof_mask_spec **out);
 
 /* ---- weights by role */
 

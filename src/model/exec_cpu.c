@@ -15,8 +15,9 @@
  * and pooling run the fast row ops (src/cpu/cpu_fast.h) on the context's
  * cpu_threads, and attention walks a tile mask compiled once per forward per
  * layer kind (attn_cpu_fast_rows), so neither its time nor its memory grows
- * with L x L. A layer whose kind would have to be intersected with a user
- * spec runs the reference attention.
+ * with L x L. Its masks are the user's spec within the layer kind's band
+ * (desc_layer_mask_spec, as the GPU engine compiles them); the reference
+ * intersects element by element on its own, so it stays the oracle of both.
  */
 #include "model/encoder.h"
 
@@ -289,29 +290,6 @@ static void merge_heads(const float *o, int len, int heads, int D, float *rows)
 
 /* ---------------------------------------------------------------- fast path */
 
-/* The spec a layer attends with on the fast path, or false when it would be
- * the user's spec intersected with the layer's kind (the reference does that). */
-static bool fast_spec(const layer_desc *l, const enc_request *r, stof_mask_spec **own,
-                      const stof_mask_spec **spec)
-{
-    *own = NULL;
-    *spec = r->mask;
-    if (l->mask == MASK_KIND_FULL && r->mask) return true;
-    if (r->mask) return false;
-    if (stof_mask_spec_create(own) != STOF_OK) return false;
-    stof_status st = STOF_OK;
-    switch (l->mask) {
-    case MASK_KIND_FULL: st = stof_mask_spec_add_full(*own); break;
-    case MASK_KIND_CAUSAL: st = stof_mask_spec_add_causal(*own); break;
-    case MASK_KIND_WINDOW:
-        st = stof_mask_spec_add_window(*own, l->window_left, l->window_right);
-        break;
-    case MASK_KIND_CAUSAL_WINDOW: st = stof_mask_spec_add_window(*own, l->window_left, 0); break;
-    }
-    *spec = *own;
-    return st == STOF_OK;
-}
-
 /* The layer's tile mask for this forward, compiled on first use (NULL: none). */
 static stof_mask *fast_mask(const stof_model *m, const layer_desc *l, const enc_request *r,
                             exec_cpu_ws *ws)
@@ -323,10 +301,9 @@ static stof_mask *fast_mask(const stof_model *m, const layer_desc *l, const enc_
             return f->mask;
     }
     if (ws->n_fast_masks == EXEC_FAST_MASKS) return NULL;
-    stof_mask_spec *own;
-    const stof_mask_spec *spec;
+    stof_mask_spec *own = NULL;
     stof_mask *mask = NULL;
-    if (fast_spec(l, r, &own, &spec)) {
+    if (desc_layer_mask_spec(l->mask, l->window_left, l->window_right, r->mask, &own) == STOF_OK) {
         int64_t bshape[1] = {r->batch};
         stof_tensor lens = stof_tensor_make((void *)r->lengths, STOF_I32, STOF_MEM_HOST, 1, bshape);
         stof_mask_params mp = stof_mask_default_params();
@@ -334,7 +311,7 @@ static stof_mask *fast_mask(const stof_model *m, const layer_desc *l, const enc_
         mp.heads = l->heads;
         mp.len_q = mp.len_k = r->len;
         mp.lengths_q = &lens;
-        if (stof_mask_compile(m->ctx, spec, &mp, &mask) != STOF_OK) mask = NULL;
+        if (stof_mask_compile(m->ctx, own, &mp, &mask) != STOF_OK) mask = NULL;
     }
     stof_mask_spec_destroy(own);
     ws->fast_masks[ws->n_fast_masks++] = (struct fast_mask){kind, left, right, l->heads, mask};

@@ -6,16 +6,13 @@
  * graph rebuilds them per launch); and the spec's canonical text (tuning key
  * and graph bucket).
  *
- * The intersection is exact where a spec expresses it: a spec is a union of
- * parts, so each part is cut to the kind's window (full, causal and window
- * parts stay windows: causal with window:L:R is window:L:0). Other parts
- * (global, dilated, random, blocks, dense) under a causal or windowed layer
- * are a named STOF_ERR_UNSUPPORTED; the CPU executor intersects any spec.
+ * The intersection is the user's spec within the kind's band (stof.h,
+ * within:), made by desc_layer_mask_spec as the CPU executor makes it, so any
+ * spec (global tokens, random blocks, dense parts) runs under causal and
+ * windowed layers; with no user spec a kind is its own part.
  */
 #include "model/engine_gpu.h"
 
-#include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,24 +85,6 @@ stof_status eng_mask_kinds(enc_gpu *g, const model_desc *d)
     return STOF_OK;
 }
 
-/* Bounds i - left <= j <= i + right of a kind; INT_MAX: unbounded. */
-static void kind_bounds(const eng_mask_kind *k, int *left, int *right)
-{
-    *left = k->kind == MASK_KIND_WINDOW || k->kind == MASK_KIND_CAUSAL_WINDOW ? k->left : INT_MAX;
-    *right = k->kind == MASK_KIND_WINDOW ? k->right : k->kind == MASK_KIND_FULL ? INT_MAX : 0;
-}
-
-/* Appends part (cut to left, right) to text at *n (cap bytes). */
-static void put_part(char *text, size_t cap, size_t *n, int left, int right)
-{
-    int w;
-    if (left == INT_MAX && right == 0)
-        w = snprintf(text + *n, cap - *n, "%scausal", *n ? "," : "");
-    else
-        w = snprintf(text + *n, cap - *n, "%swindow:%d:%d", *n ? "," : "", left, right);
-    if (w > 0 && (size_t)w < cap - *n) *n += (size_t)w;
-}
-
 /* The spec of kind k for this forward: *use points at it; *owned is a spec
  * made here (the caller destroys it) or NULL. */
 static stof_status kind_spec(const enc_gpu *g, const stof_mask_spec *user, int k,
@@ -115,46 +94,9 @@ static stof_status kind_spec(const enc_gpu *g, const stof_mask_spec *user, int k
     *use = user ? user : g->full;
     const eng_mask_kind *kind = &g->kinds[k];
     if (kind->kind == MASK_KIND_FULL) return STOF_OK;
-    int cl, cr;
-    kind_bounds(kind, &cl, &cr);
-    char *text = eng_format_mask(g, user);
-    STOF_REQUIRE(text, STOF_ERR_OOM, "out of host memory formatting a mask spec");
-    size_t cap = strlen(text) * 4 + 64, n = 0;
-    char *out = malloc(cap);
-    if (!out) {
-        free(text);
-        return stof_error(STOF_ERR_OOM, "out of host memory intersecting a mask spec");
-    }
-    out[0] = '\0';
-    stof_status st = STOF_OK;
-    char *save = NULL;
-    for (char *part = strtok_r(text, ",", &save); part && st == STOF_OK;
-         part = strtok_r(NULL, ",", &save)) {
-        int pl = INT_MAX, pr = INT_MAX, a = 0, b = 0;
-        char tail = 0;
-        if (strcmp(part, "full") == 0) {
-        } else if (strcmp(part, "causal") == 0) {
-            pr = 0;
-        } else if (sscanf(part, "window:%d:%d%c", &a, &b, &tail) == 2) {
-            pl = a, pr = b;
-        } else if (sscanf(part, "window:%d%c", &a, &tail) == 1) {
-            pl = pr = a;
-        } else {
-            st = stof_error(STOF_ERR_UNSUPPORTED,
-                            "mask part \"%s\" under the %s layers of %s: the GPU engine "
-                            "intersects full, causal and window parts with a layer's own mask; "
-                            "use a CPU context for this spec",
-                            part, kind->kind == MASK_KIND_CAUSAL ? "causal" : "windowed",
-                            g->desc->model_type);
-            break;
-        }
-        put_part(out, cap, &n, pl < cl ? pl : cl, pr < cr ? pr : cr);
-    }
-    free(text);
-    if (st == STOF_OK) st = stof_mask_spec_parse(out, owned);
-    free(out);
-    if (st == STOF_OK) *use = *owned;
-    return st;
+    STOF_TRY(desc_layer_mask_spec(kind->kind, kind->left, kind->right, user, owned));
+    *use = *owned;
+    return STOF_OK;
 }
 
 /* One mask per kind, compiled with p (lengths set by the caller). */

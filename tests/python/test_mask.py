@@ -9,11 +9,13 @@ import stof
 
 VALID = ["full", "causal", "window:128", "window:3:5", "dilated:4x2", "global:32",
          "global:[0,5,9]", "random:64x3@7", "window:128,global:32",
-         "causal,window:16,random:32x2@99", "blocks:16:10/01", "blocks:32:110/011/001"]
+         "causal,window:16,random:32x2@99", "blocks:16:10/01", "blocks:32:110/011/001",
+         "window:8,global:2,within:causal", "full,within:4:0,topleft"]
 
 INVALID = ["", "window", "window:", "window:abc", "window:-3", "dilated:4", "dilated:4x0",
            "global:[1,2", "random:64x3", "blocks:16:10/0", "causal,", ",causal", "bogus:3",
-           "window:128;global:32", "random:0x3@1"]
+           "window:128;global:32", "random:0x3@1", "within:causal", "full,within:",
+           "full,within:-1"]
 
 
 @pytest.mark.parametrize("text", VALID)
@@ -240,3 +242,21 @@ def test_spec_cache_reuses_compiled_masks():
     assert (hits, misses, entries) == (1, 1, 1)
     stof.attention(q, q, q, mask="window:4", lengths=[20])
     assert stof.cache_info()[1] == 2
+
+
+def test_within_cuts_the_union_to_the_band():
+    np = pytest.importorskip("numpy")
+    L = 40
+    i, j = np.arange(L)[:, None], np.arange(L)[None, :]
+    m = stof.Mask().window(3).global_(2).within("causal")
+    assert str(m) == "window:3,global:2,within:causal"
+    assert str(m) == str(stof.Mask.parse("within:causal,window:3,global:2"))
+    plane = m.compile(1, 1, L, L).decode(0, 0).astype(bool)
+    union = (abs(i - j) <= 3) | (i < 2) | (j < 2)
+    assert np.array_equal(plane, union & (j <= i))
+    banded = stof.Mask().full().within(5, 1).within(2, 9)  # bands intersect
+    assert str(banded) == "full,within:2:1"
+    plane = banded.compile(1, 1, L, L).decode(0, 0).astype(bool)
+    assert np.array_equal(plane, (j >= i - 2) & (j <= i + 1))
+    with pytest.raises(stof.StofError):
+        stof.Mask().full().within(-1, 2)
