@@ -188,8 +188,8 @@ stof_status eng_mask_kinds(enc_gpu *g, const model_desc *d);
 
 /* ---- plan_gpu.c */
 
-/* GEMM segment seg (tune_segment) of BERT layer w on T rows. */
-fuse_linear_args eng_segment_args(const stof_model *m, const layer_weights *w, int seg, int64_t T);
+/* GEMM segment seg (tune_segment) of layer l on T rows, as the executor runs it. */
+fuse_linear_args eng_segment_args(const stof_model *m, int l, int seg, int64_t T);
 /* K slices of segment seg's cuBLASLt GEMM. */
 int eng_segment_splits(const stof_model *m, int seg, int64_t rows);
 bool eng_plan_equal(const layer_plan *a, const layer_plan *b);

@@ -1,14 +1,20 @@
 /*
  * tune_gpu.c — stof_model_tune: the two-stage search (src/tune/search.c)
- * over the execution plans of the GPU encoder, and its tuning cache entry.
+ * over the execution plans of the GPU engine, for every family it runs, and
+ * its tuning cache entry (keyed by the family and the description's hash,
+ * model_tune_key).
  *
  * What the search gets from here:
  *  - scheme variants: each GEMM segment toggled between cuBLASLt (+ row
- *    kernels) and its stof template (QKV and FFN1: GEMM + bias + activation;
- *    out-proj and FFN2: GEMM + bias + residual + LayerNorm), and the FFN pair
- *    merged into the chain template (intermediate kept on chip) or split back;
- *    a new template comes with two sampled configs: the rule-based default and
- *    one other that fits;
+ *    kernels) and its stof template. Post-norm BERT: QKV and FFN1 take GEMM +
+ *    bias + activation, out-proj and FFN2 GEMM + bias + residual + LayerNorm,
+ *    and the FFN pair may merge into the chain template (intermediate kept on
+ *    chip) or split back. Pre-norm layers (GPT-2, LLaMA and its kin,
+ *    ModernBERT): all four segments are linears (+ bias, + act; FFN1 of a GLU
+ *    writes both halves) whose residual add and norm run as one row pass, so
+ *    each takes GEMM + bias + activation or the Hopper GEMM. A new template
+ *    comes with two sampled configs: the rule-based default and one other
+ *    that fits;
  *  - parameter settings per dimension: the cuBLASLt heuristic's algorithms
  *    (best first) or the template's instantiated configs that fit the shape
  *    (the default first), and for attention the selector's choice followed by
@@ -66,27 +72,28 @@ typedef struct tuner {
 
 /* ---------------------------------------------------------------- candidates */
 
-static fuse_tpl seg_tpl(int seg, bool chain)
+/* The template a segment expands into: BERT's QKV and FFN1 take GEMM + bias
+ * + activation and its out-projection and FFN2 GEMM + residual + LayerNorm;
+ * every GEMM of a pre-norm layer is a linear (+ bias, + act) whose norm runs
+ * beside it. */
+static fuse_tpl seg_tpl(const tuner *t, int seg, bool chain)
 {
     if (chain && seg == TUNE_SEG_FFN1) return FUSE_TPL_FFN_CHAIN;
+    if (!t->m->gpu->bert) return FUSE_TPL_GEMM_BIAS_ACT;
     return seg == TUNE_SEG_QKV || seg == TUNE_SEG_FFN1 ? FUSE_TPL_GEMM_BIAS_ACT
                                                        : FUSE_TPL_GEMM_RES_LN;
 }
 
-/* GEMM shape of a segment: rows x n out, k in (the chain: n hidden, k intermediate). */
+/* GEMM shape of a segment (layer 0's, as the layers of every family share
+ * their widths): rows x n out, k in (the chain: n hidden, k intermediate). */
 static void seg_shape(const tuner *t, int seg, bool chain, int *n, int *k)
 {
-    int H = t->m->info.hidden, I = t->m->info.intermediate;
     if (chain && seg == TUNE_SEG_FFN1) {
-        *n = H, *k = I;
+        *n = t->m->info.hidden, *k = t->m->info.intermediate;
         return;
     }
-    switch (seg) {
-    case TUNE_SEG_QKV: *n = 3 * H, *k = H; break;
-    case TUNE_SEG_OUT: *n = H, *k = H; break;
-    case TUNE_SEG_FFN1: *n = I, *k = H; break;
-    default: *n = H, *k = I; break;
-    }
+    fuse_linear_args a = eng_segment_args(t->m, 0, seg, t->rows);
+    *n = a.n, *k = a.k;
 }
 
 static tune_seg seg_from_config(const fuse_config *c)
@@ -143,7 +150,7 @@ static int fitting_tpl_configs(const tuner *t, int seg, bool chain, fuse_tpl tpl
 static int fitting_configs(const tuner *t, int seg, bool chain, fuse_config *out, int cap,
                            int *alt)
 {
-    fuse_tpl tpl = seg_tpl(seg, chain);
+    fuse_tpl tpl = seg_tpl(t, seg, chain);
     int count = fitting_tpl_configs(t, seg, chain, tpl, out, cap);
     *alt = -1;
     if (tpl == FUSE_TPL_GEMM_BIAS_ACT && fuse_sm90_available(t->m->ctx)) {
@@ -198,6 +205,7 @@ static int scheme_variants(void *user, const tune_plan *base, tune_plan *out, in
             out[n++].seg[seg] = seg_from_config(&cfg[pick]);
         }
     }
+    if (!t->m->gpu->bert) return n; /* pre-norm layers have no FFN chain */
     if (base->ffn_chain) { /* split the chain */
         if (n < cap) {
             out[n] = *base;
@@ -516,10 +524,6 @@ stof_status stof_model_tune(stof_model *model, const stof_tune_params *params,
     STOF_REQUIRE(ids, STOF_ERR_INVALID_ARG, "stof_model_tune: ids is NULL");
     STOF_REQUIRE(model->gpu, STOF_ERR_UNSUPPORTED,
                  "stof_model_tune: the model runs on the CPU; tuning measures GPU plans");
-    STOF_REQUIRE(model->gpu->bert, STOF_ERR_UNSUPPORTED,
-                 "stof_model_tune: the search covers the fused segments of post-norm BERT "
-                 "layers; %s (family %s) runs the rule-based plan",
-                 model->desc.model_type, model->desc.family);
     memset(out, 0, sizeof *out);
     stof_tune_params p = params ? *params : stof_tune_default_params();
     if (p.budget == 0) p.budget = TUNE_DEFAULT_BUDGET;
