@@ -31,6 +31,11 @@ int64_t family_golden_tokens(const family_golden *g);
  * out gives +inf. */
 double family_golden_err(const float *out, const float *ref, const family_golden *g, int64_t W,
                          bool packed);
+/* The same over each sequence's last real row: out [B, W] against the refs'
+ * rows (b, lengths[b] - 1) of [B, L, W] (last-token logits, last-token
+ * pooling); sequences of length 0 are skipped. */
+double family_golden_last_err(const float *out, const float *ref, const family_golden *g,
+                              int64_t W);
 /* Whether the padding rows of a [B, L, W] output are exact zeros. */
 bool family_golden_padding_zero(const float *out, const family_golden *g, int64_t W);
 
