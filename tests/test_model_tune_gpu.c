@@ -9,8 +9,11 @@
  * outputs within the golden test's. A requested plan that puts all four
  * GEMM segments on the stof template (what a search may pick) is checked
  * against HF too, so the template path of pre-norm layers is covered
- * whatever the search chooses. Outputs are poisoned before every run.
+ * whatever the search chooses, and so are plans that run each layer mask
+ * kind's attention on its own kernel. Outputs are poisoned before every run.
  */
+#include "attn/attn.h"
+#include "attn/select.h"
 #include "family_golden.h"
 #include "fuse/fuse.h"
 #include "model/encoder.h"
@@ -185,6 +188,26 @@ static void run_case(stof_ctx *ctx, const tune_case *c)
     CHECK(e2 <= tol_hf && same <= tol_same, "%s template plan: err vs HF %.3g, vs cuBLASLt %.3g",
           c->name, e2, same);
     printf("%s: err vs HF untuned %.2e, tuned %.2e, all-template %.2e\n", c->name, e0, e1, e2);
+
+    /* Each layer mask kind's attention on a kernel of its own: row-wise for one
+     * kind, the selector for the other (the plan carries one per kind). */
+    int tile_m = 0, tile_n = 0;
+    CHECK_OK(enc_gpu_mask_tiles(m, b.g.B, b.g.L, b.g.lengths, NULL, &tile_m, &tile_n));
+    CHECK(attn_rowwise_available(info.head_dim, tile_n), "%s: no row-wise kernel for tiles %dx%d",
+          c->name, tile_m, tile_n);
+    for (int kind = 0; kind < 2 && attn_rowwise_available(info.head_dim, tile_n); kind++) {
+        tune_plan_default(&p);
+        if (kind == 0)
+            p.attn_kernel = STOF_ATTN_ROWWISE, p.attn_warps = ATTN_ROWWISE_WARPS;
+        else
+            p.attn2_kernel = STOF_ATTN_ROWWISE, p.attn2_warps = ATTN_ROWWISE_WARPS;
+        CHECK_OK(run(m, &b, &p, tuned));
+        double e3 = vs_hf(&b, tuned, H);
+        same = test_rel_err(tuned, untuned, b.n);
+        CHECK(e3 <= tol_hf && same <= tol_same,
+              "%s row-wise attention for kind %d: err vs HF %.3g, vs the selector's %.3g",
+              c->name, kind, e3, same);
+    }
 
     free(untuned);
     free(tuned);

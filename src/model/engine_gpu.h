@@ -18,14 +18,14 @@
 
 #include <cuda_runtime_api.h>
 
+#define ENG_MASK_KINDS 2 /* distinct layer mask kinds a model may have (ModernBERT: 2) */
+
 /* Fusion scheme of the layers for one token count. */
 typedef struct layer_plan {
     fuse_choice qkv, out, ffn1, ffn2, chain;
     bool use_chain;
-    stof_attn_choice attn; /* kernel AUTO: the selector */
+    stof_attn_choice attn[ENG_MASK_KINDS]; /* per layer mask kind; kernel AUTO: the selector */
 } layer_plan;
-
-#define ENG_MASK_KINDS 2 /* distinct layer mask kinds a model may have (ModernBERT: 2) */
 #define ENC_GRAPHS 8 /* captured buckets kept per model (least recently used goes) */
 #define ENC_PLANS 16 /* tuning-cache lookups remembered per model */
 

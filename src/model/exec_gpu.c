@@ -40,7 +40,8 @@ static stof_status attention(stof_model *m, const enc_request *r, const dev_inpu
     int64_t ncu = r->batch + 1;
     stof_tensor cu = stof_tensor_make(in->cu, STOF_I32, STOF_MEM_DEVICE, 1, &ncu);
     stof_attn_params ap = stof_attn_default_params();
-    const stof_attn_choice *choice = p->attn.kernel == STOF_ATTN_AUTO ? NULL : &p->attn;
+    const stof_attn_choice *a = &p->attn[g->layer_kind[l]];
+    const stof_attn_choice *choice = a->kernel == STOF_ATTN_AUTO ? NULL : a;
     return attn_attention_with(m->ctx, &ap, choice, &q, &k, &v, mask, &cu, &cu, &out);
 }
 

@@ -69,7 +69,8 @@ static layer_plan plan_rules(void)
     memset(&p, 0, sizeof p);
     p.qkv = p.out = p.ffn1 = p.ffn2 = lt_choice(0);
     p.use_chain = false;
-    p.attn.kernel = STOF_ATTN_AUTO;
+    for (int k = 0; k < ENG_MASK_KINDS; k++)
+        p.attn[k].kernel = STOF_ATTN_AUTO;
     return p;
 }
 
@@ -197,9 +198,12 @@ static layer_plan plan_from_tune(const tune_plan *t, bool bert)
         p.ffn1 = choice_from_seg(&t->seg[TUNE_SEG_FFN1], FUSE_TPL_GEMM_BIAS_ACT);
         p.ffn2 = choice_from_seg(&t->seg[TUNE_SEG_FFN2], res);
     }
-    p.attn.kernel = (stof_attn_kernel)t->attn_kernel;
-    p.attn.warps = t->attn_warps;
-    p.attn.block_m = t->attn_block_m;
+    p.attn[0].kernel = (stof_attn_kernel)t->attn_kernel;
+    p.attn[0].warps = t->attn_warps;
+    p.attn[0].block_m = t->attn_block_m;
+    p.attn[1].kernel = (stof_attn_kernel)t->attn2_kernel;
+    p.attn[1].warps = t->attn2_warps;
+    p.attn[1].block_m = t->attn2_block_m;
     return p;
 }
 
