@@ -6,15 +6,16 @@ with stof's last hidden state checked against HF's in the same run.
 Families (random weights, seeded, fp16, written by save_pretrained and loaded
 by every side from that folder): GPT-2 124M, a LLaMA-3.2-1B-shaped model
 (GQA 32:8, llama3 RoPE scaling), ModernBERT-base (local and global layers) and
-BERT-base. Phases, in this order so that a time limit cuts the longest work
-last: (1) every family at (1,128), (8,512), (16,2048) where its positions
-allow, padded batches with lengths uniform in [L/2, L] (compare_encoder.py's
-inputs); (2) the long sweep (4096, 8192, 16384 where positions allow) at
+BERT-base. Phases, in this order so that a time limit cuts the compiles (the
+longest wall time) first: (1) every family at (1,128), (8,512), (16,2048)
+where its positions allow, padded batches with lengths uniform in [L/2, L]
+(compare_encoder.py's inputs); (2) the long sweep (4096, 8192, 16384 where positions allow) at
 B = 1, full length, with the family's own masks (causal; ModernBERT's
 local/global), then with --long-mask (default window:256,global:64): stof
 gets the spec as text, HF the same visibility as a dense 4-D additive mask
 [1, 1, L, L] (intersected with causality for decoders; transformers 5 passes
-a 4-D mask through to eager and SDPA as given).
+a 4-D mask through to eager and SDPA as given); (3) torch.compile of the
+phase 1 cases.
   stof_ms        stof.Model.from_pretrained(dir)(input_ids, attention_mask[, mask=spec])
   hf_eager_ms    AutoModel, attn_implementation="eager"; skipped (reason in the
                  case's "skipped") where its [B, heads, L, L] scores and their
@@ -34,18 +35,22 @@ layer, where stof intersects the spec with each layer's own window.
 
 Budget: every case is bounded (--warmup, --iters, --budget seconds of timed
 calls per side), and --time-limit (default 420 s) stops starting new cases;
-those left are listed with the reason. Per-case kernel profiles are not taken.
+those left are listed with the reason.
 
 The JSON has issue 32's keys: device, date, commit, command, cases [{family, B,
 L, mask, tokens, stof_ms, hf_eager_ms, hf_sdpa_ms, hf_compile_ms, floor_ms,
 max_rel_err, problems, skipped}], summary {families, geomean_vs_compile,
 min_vs_compile, largest_batch_vs_floor, min_long_masked_vs_hf}, where
 min_long_masked_vs_hf is the smallest best-of(HF SDPA, HF compile) / stof over
-the long cases with a stof spec.
+the long cases with a stof spec. Each case also records stof_top_kernels (the
+five kernels taking the most time over three forwards under torch.profiler,
+which sees the kernels of stof's CUDA graph replays too: name, ms per forward,
+share) and stof_kernel_ms (all kernel time per forward; stof_ms minus it is
+host and launch time); --no-profile leaves them out.
 
     python3 bench/compare_models.py [--families gpt2,llama,modernbert,bert]
         [--lengths 4096,8192,16384] [--no-long] [--long-mask SPEC] [--long-compile]
-        [--skip hf_eager,hf_compile] [--time-limit S] [--out FILE.json]
+        [--skip hf_eager,hf_compile] [--time-limit S] [--no-profile] [--out FILE.json]
     python3 bench/compare_models.py --dry-run    # tiny models on the CPU: the flow only
 """
 
@@ -131,6 +136,8 @@ def parse_args(argv=None):
                     help="largest eager score memory tried (GiB)")
     ap.add_argument("--time-limit", type=float, default=420.0,
                     help="seconds after which no new case starts")
+    ap.add_argument("--no-profile", dest="profile", action="store_false",
+                    help="skip the per-case profile of stof's heaviest kernels")
     ap.add_argument("--dry-run", action="store_true",
                     help="tiny models on the CPU, every path once (no timing worth reading)")
     return ap.parse_args(argv)
@@ -291,6 +298,33 @@ def hf_side(model, sets, masks=None):
     return call
 
 
+def top_kernels(torch, fn, n_sets, device, calls=3, top=5):
+    """The heaviest kernels of `calls` forwards of fn under torch.profiler, which
+    sees every kernel of the process (stof's own launches and the kernels of its
+    CUDA graph replays alike): ({name, ms per forward, share of kernel time}, total
+    kernel ms per forward). On the CPU (--dry-run) the host ops stand in."""
+    from torch.profiler import ProfilerActivity, profile
+    cuda = device.type == "cuda"
+    fn(0)  # a captured graph is replayed, not captured, inside the profile
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for c in range(calls):
+            fn(c % n_sets)
+        if cuda:
+            torch.cuda.synchronize()
+    times = {}
+    for e in prof.key_averages():
+        us = (getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+              if cuda else e.self_cpu_time_total)
+        if us and us > 0:
+            times[e.key] = times.get(e.key, 0.0) + us
+    total = sum(times.values())
+    ranked = sorted(times.items(), key=lambda kv: -kv[1])[:top]
+    return ([{"name": k[:96], "ms": round(v / 1e3 / calls, 4), "share": round(v / total, 3)}
+             for k, v in ranked], round(total / 1e3 / calls, 4) if total else None)
+
+
 def run_case(torch, timer, F, B, L, kind, args, skip, rate, device):
     fam, cfg = F.fam, F.cfg
     spec = args.long_mask if kind == "spec" else None
@@ -322,6 +356,7 @@ def run_case(torch, timer, F, B, L, kind, args, skip, rate, device):
         else:
             sides["stof"] = lambda s: F.stof(sets[s].ids, sets[s].attention_mask)
     hf_ok = not spec or masks is not None
+    deferred = None  # the compiled side, timed in the last phase (later())
     for name, model in (("hf_sdpa", F.sdpa), ("hf_eager", F.eager), ("hf_compile", F.compiled)):
         if name in skip:
             row["skipped"][name] = "--skip"
@@ -335,6 +370,8 @@ def run_case(torch, timer, F, B, L, kind, args, skip, rate, device):
                                     f"GiB > --eager-gib {args.eager_gib:g}")
         elif name == "hf_compile" and kind != "padded" and not args.long_compile:
             row["skipped"][name] = "long case without --long-compile (a compile per shape)"
+        elif name == "hf_compile":
+            deferred = hf_side(model, sets, masks)
         else:
             sides[name] = hf_side(model, sets, masks)
     # ModernBERT under a spec: HF's one 4-D mask on every layer is not stof's computation.
@@ -346,9 +383,20 @@ def run_case(torch, timer, F, B, L, kind, args, skip, rate, device):
     ce.run_case(torch, timer, row, sides, reference, sets, args.tol,
                 check=("stof", "hf_eager", "hf_compile"), skip=skip, must_check=checked)
     row["checked"] = checked
+    later = None
+    if deferred is not None:
+        def later():
+            ce.run_case(torch, timer, row, {"hf_compile": deferred}, sides.get("hf_sdpa"), sets,
+                        args.tol, check=("hf_compile",), skip=skip, must_check=False)
+    if args.profile and row.get("stof_ms") and "stof" in sides:
+        try:
+            row["stof_top_kernels"], row["stof_kernel_ms"] = top_kernels(
+                torch, sides["stof"], len(sets), device)
+        except Exception as e:
+            row["problems"].append(ce.brief_error("stof profile", e))
     if not row["skipped"]:
         del row["skipped"]
-    return row
+    return row, later
 
 
 def summary(rows, tol):
@@ -418,38 +466,59 @@ def main(argv=None):
         if f not in FAMILIES:
             sys.exit(f"--families: unknown family {f!r} (known: {', '.join(FAMILIES)})")
     plan = {f: cases_of(f, args) for f in fams}
-    # Phase 1 (every family's standard shapes), then phase 2 (the long sweeps).
+    # Phase 1: every family's standard shapes (stof, eager, SDPA); phase 2: the
+    # long sweeps; phase 3: torch.compile of the standard shapes, whose compiles
+    # cost the most wall time, so that --time-limit cuts those first.
     work = [(f, c) for f in fams for c in plan[f][0]] + [(f, c) for f in fams for c in plan[f][1]]
-    rows, left, loaded = [], [], {}
+    rows, left, loaded, deferred = [], [], {}, []
+
+    def out_of_time():
+        return time.time() - t_start > args.time_limit
+
+    def report(row):
+        print(f"{row['family']:10s} ({row['B']},{row['L']}) {row['mask']:20s} "
+              f"stof {fmt(row.get('stof_ms'))} eager {fmt(row.get('hf_eager_ms'))} "
+              f"sdpa {fmt(row.get('hf_sdpa_ms'))} compile {fmt(row.get('hf_compile_ms'))} "
+              f"floor {fmt(row.get('floor_ms'))} err {row.get('max_rel_err')} "
+              f"{'; '.join(row.get('problems', []))} [{time.time() - t_start:.0f} s]", flush=True)
+        write(args, rows, rate, device_name, left)
+
     for fam, (B, L, kind) in work:
-        if time.time() - t_start > args.time_limit:
+        if out_of_time():
             left.append({"family": fam, "B": B, "L": L, "mask": kind,
                          "reason": f"--time-limit {args.time_limit:g} s reached"})
             continue
         if fam not in loaded:
-            for other in list(loaded):  # one family's models on the device at a time
-                if all(f != other for f, _ in work[work.index((fam, (B, L, kind))):]):
-                    loaded.pop(other).close(torch)
-            try:
+            try:  # every family stays loaded until phase 3 is done
                 loaded[fam] = Family(tf, torch, stof, fam, args, skip, device)
             except Exception as e:  # one family failing must not lose the others
+                loaded[fam] = None
                 rows.append({"family": fam, "B": B, "L": L, "mask": kind,
                              "problems": [ce.brief_error(f"{fam} set-up", e)]})
-                continue
+        if loaded[fam] is None:
+            continue
         try:
-            row = run_case(torch, timer, loaded[fam], B, L, kind, args, skip, rate, device)
+            row, later = run_case(torch, timer, loaded[fam], B, L, kind, args, skip, rate, device)
         except Exception as e:
-            row = {"family": fam, "B": B, "L": L, "mask": kind,
-                   "problems": [ce.brief_error("case", e)]}
+            row, later = {"family": fam, "B": B, "L": L, "mask": kind,
+                          "problems": [ce.brief_error("case", e)]}, None
         rows.append(row)
-        print(f"{fam:10s} ({B},{L}) {row['mask']:20s} stof {fmt(row.get('stof_ms'))} "
-              f"eager {fmt(row.get('hf_eager_ms'))} sdpa {fmt(row.get('hf_sdpa_ms'))} "
-              f"compile {fmt(row.get('hf_compile_ms'))} floor {fmt(row.get('floor_ms'))} "
-              f"err {row.get('max_rel_err')} {'; '.join(row.get('problems', []))} "
-              f"[{time.time() - t_start:.0f} s]", flush=True)
-        write(args, rows, rate, device_name, left)
+        if later is not None:
+            deferred.append((row, later))
+        report(row)
+    for row, later in deferred:
+        if out_of_time():
+            row.setdefault("skipped", {})["hf_compile"] = (
+                f"--time-limit {args.time_limit:g} s reached before its compile")
+            continue
+        try:
+            later()
+        except Exception as e:
+            row["problems"].append(ce.brief_error("hf_compile", e))
+        report(row)
     for F in loaded.values():
-        F.close(torch)
+        if F is not None:
+            F.close(torch)
     write(args, rows, rate, device_name, left)
     print(json.dumps(summary(rows, args.tol), indent=1))
     if left:

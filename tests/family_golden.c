@@ -75,8 +75,7 @@ double family_golden_err(const float *out, const float *ref, const family_golden
     return err / mag;
 }
 
-double family_golden_last_err(const float *out, const float *ref, const family_golden *g,
-                              int64_t W)
+double family_golden_last_err(const float *out, const float *ref, const family_golden *g, int64_t W)
 {
     double err = 0.0, mag = 0.0;
     for (int b = 0; b < g->B; b++) {

@@ -39,8 +39,8 @@ typedef struct golden_case {
 } golden_case;
 
 static const golden_case cases[] = {
-    {"gpt2_hd32", true},        {"llama_hd32", true}, {"mistral_hd32", true},
-    {"qwen2_hd32", true},       {"modernbert_hd32", false}, {"bert_hd32", false},
+    {"gpt2_hd32", true},  {"llama_hd32", true},       {"mistral_hd32", true},
+    {"qwen2_hd32", true}, {"modernbert_hd32", false}, {"bert_hd32", false},
 };
 
 /* Device buffers of one case, f32. */
@@ -82,10 +82,10 @@ static stof_status forward(stof_model *m, const family_golden *g, const dev_out 
             sh_l[3] = {g->B, g->L, V};
     bool dev = way == WAY_DEVICE;
     stof_memory mem = dev ? STOF_MEM_DEVICE : STOF_MEM_HOST;
-    stof_tensor ids = stof_tensor_make(dev ? (void *)d->ids : (void *)g->ids, STOF_I32, mem, 2,
-                                       sh_ids);
-    stof_tensor len = stof_tensor_make(dev ? (void *)d->lengths : (void *)g->lengths, STOF_I32,
-                                       mem, 1, sh_len);
+    stof_tensor ids =
+        stof_tensor_make(dev ? (void *)d->ids : (void *)g->ids, STOF_I32, mem, 2, sh_ids);
+    stof_tensor len =
+        stof_tensor_make(dev ? (void *)d->lengths : (void *)g->lengths, STOF_I32, mem, 1, sh_len);
     stof_tensor hid = stof_tensor_make(d->hidden, STOF_F32, STOF_MEM_DEVICE, 3, sh_h);
     stof_tensor log = stof_tensor_make(d->logits, STOF_F32, STOF_MEM_DEVICE, 3, sh_l);
     stof_forward_params p = stof_forward_default_params();
@@ -110,9 +110,8 @@ static void check_last_logits(stof_model *m, const family_golden *g, const dev_o
     p.logits = &log;
     CHECK_OK(stof_model_forward(m, &p, &ids, &len, NULL, NULL, NULL));
     to_host(host, d->last, (int64_t)g->B * V);
-    double e = family_golden_last_err(host, family_golden_f32(g, "logits",
-                                                              (int64_t)g->B * g->L * V),
-                                      g, V);
+    double e = family_golden_last_err(
+        host, family_golden_f32(g, "logits", (int64_t)g->B * g->L * V), g, V);
     CHECK(e <= tol, "%s: last-token logits err %.3g > %.3g", label, e, tol);
     printf("%-28s last-token logits %.2e\n", label, e);
 }
@@ -165,11 +164,10 @@ static void run_case(stof_ctx *ctx, const golden_case *c, stof_dtype dtype,
             if (c->decoder) {
                 to_host(logits, d.logits, nl);
                 double el = family_golden_err(
-                    logits, family_golden_f32(&g, masked ? "logits_masked" : "logits", nl), &g,
-                    V, false);
+                    logits, family_golden_f32(&g, masked ? "logits_masked" : "logits", nl), &g, V,
+                    false);
                 CHECK(el <= tol, "%s: logits err %.3g > %.3g", label, el, tol);
-                CHECK(family_golden_padding_zero(logits, &g, V), "%s: logits padding rows",
-                      label);
+                CHECK(family_golden_padding_zero(logits, &g, V), "%s: logits padding rows", label);
                 printf(" logits %.2e", el);
             }
             printf("\n");
@@ -180,8 +178,7 @@ static void run_case(stof_ctx *ctx, const golden_case *c, stof_dtype dtype,
     }
     free(hidden);
     free(logits);
-    cudaFree(d.hidden), cudaFree(d.logits), cudaFree(d.last), cudaFree(d.ids),
-        cudaFree(d.lengths);
+    cudaFree(d.hidden), cudaFree(d.logits), cudaFree(d.last), cudaFree(d.ids), cudaFree(d.lengths);
     family_golden_close(&g);
     stof_model_destroy(m);
 }

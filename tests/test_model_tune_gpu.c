@@ -165,8 +165,7 @@ static void run_case(stof_ctx *ctx, const tune_case *c)
           "%s: key family \"%s\", desc_hash \"%s\"", c->name, key.family, key.desc_hash);
     tune_cache *cache = NULL;
     CHECK_OK(tune_cache_load(cache_path, stof_version(), &cache));
-    CHECK(cache && tune_cache_find(cache, &key, NULL), "%s: no cache entry under its key",
-          c->name);
+    CHECK(cache && tune_cache_find(cache, &key, NULL), "%s: no cache entry under its key", c->name);
     tune_cache_free(cache);
 
     /* A model loaded anew finds the entry in the file. */
@@ -205,8 +204,8 @@ static void run_case(stof_ctx *ctx, const tune_case *c)
         double e3 = vs_hf(&b, tuned, H);
         same = test_rel_err(tuned, untuned, b.n);
         CHECK(e3 <= tol_hf && same <= tol_same,
-              "%s row-wise attention for kind %d: err vs HF %.3g, vs the selector's %.3g",
-              c->name, kind, e3, same);
+              "%s row-wise attention for kind %d: err vs HF %.3g, vs the selector's %.3g", c->name,
+              kind, e3, same);
     }
 
     free(untuned);

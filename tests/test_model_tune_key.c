@@ -23,8 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const folders[] = {"gpt2_hd32",    "llama_hd32",      "mistral_hd32",
-                                      "qwen2_hd32",   "modernbert_hd32", "bert_hd32"};
+static const char *const folders[] = {"gpt2_hd32",  "llama_hd32",      "mistral_hd32",
+                                      "qwen2_hd32", "modernbert_hd32", "bert_hd32"};
 #define N_FOLDERS (sizeof folders / sizeof folders[0])
 #define N_MODELS (N_FOLDERS + 2) /* and the two variants */
 
@@ -188,8 +188,7 @@ int main(void)
               "the llama entry is not found under its key");
         for (size_t i = 0; i < N_MODELS; i++)
             if (i != 1 && have[i])
-                CHECK(!tune_cache_find(c, &keys[i], NULL), "%s finds the llama entry",
-                      names[i]);
+                CHECK(!tune_cache_find(c, &keys[i], NULL), "%s finds the llama entry", names[i]);
         tune_cache_free(c);
     }
     unlink(cache);
