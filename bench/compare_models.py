@@ -15,7 +15,7 @@ local/global), then with --long-mask (default window:256,global:64): stof
 gets the spec as text, HF the same visibility as a dense 4-D additive mask
 [1, 1, L, L] (intersected with causality for decoders; transformers 5 passes
 a 4-D mask through to eager and SDPA as given); (3) torch.compile of the
-phase 1 cases.
+phase 1 cases; (4) the kernel profiles (below), after every timing.
   stof_ms        stof.Model.from_pretrained(dir)(input_ids, attention_mask[, mask=spec])
   hf_eager_ms    AutoModel, attn_implementation="eager"; skipped (reason in the
                  case's "skipped") where its [B, heads, L, L] scores and their
@@ -388,15 +388,14 @@ def run_case(torch, timer, F, B, L, kind, args, skip, rate, device):
         def later():
             ce.run_case(torch, timer, row, {"hf_compile": deferred}, sides.get("hf_sdpa"), sets,
                         args.tol, check=("hf_compile",), skip=skip, must_check=False)
+    profile = None
     if args.profile and row.get("stof_ms") and "stof" in sides:
-        try:
+        def profile():
             row["stof_top_kernels"], row["stof_kernel_ms"] = top_kernels(
                 torch, sides["stof"], len(sets), device)
-        except Exception as e:
-            row["problems"].append(ce.brief_error("stof profile", e))
     if not row["skipped"]:
         del row["skipped"]
-    return row, later
+    return row, later, profile
 
 
 def summary(rows, tol):
@@ -468,9 +467,10 @@ def main(argv=None):
     plan = {f: cases_of(f, args) for f in fams}
     # Phase 1: every family's standard shapes (stof, eager, SDPA); phase 2: the
     # long sweeps; phase 3: torch.compile of the standard shapes, whose compiles
-    # cost the most wall time, so that --time-limit cuts those first.
+    # cost the most wall time, so that --time-limit cuts those first; phase 4:
+    # the profiles of stof's kernels.
     work = [(f, c) for f in fams for c in plan[f][0]] + [(f, c) for f in fams for c in plan[f][1]]
-    rows, left, loaded, deferred = [], [], {}, []
+    rows, left, loaded, deferred, profiles = [], [], {}, [], []
 
     def out_of_time():
         return time.time() - t_start > args.time_limit
@@ -498,13 +498,16 @@ def main(argv=None):
         if loaded[fam] is None:
             continue
         try:
-            row, later = run_case(torch, timer, loaded[fam], B, L, kind, args, skip, rate, device)
+            row, later, profile = run_case(torch, timer, loaded[fam], B, L, kind, args, skip,
+                                           rate, device)
         except Exception as e:
-            row, later = {"family": fam, "B": B, "L": L, "mask": kind,
-                          "problems": [ce.brief_error("case", e)]}, None
+            row, later, profile = {"family": fam, "B": B, "L": L, "mask": kind,
+                                   "problems": [ce.brief_error("case", e)]}, None, None
         rows.append(row)
         if later is not None:
             deferred.append((row, later))
+        if profile is not None:
+            profiles.append((row, profile))
         report(row)
     for row, later in deferred:
         if out_of_time():
@@ -516,6 +519,16 @@ def main(argv=None):
         except Exception as e:
             row["problems"].append(ce.brief_error("hf_compile", e))
         report(row)
+    # Phase 4, after every timing: the profiler may leave launches slower behind it.
+    for row, profile in profiles:
+        if out_of_time():
+            row["problems"].append("stof profile: --time-limit reached")
+            continue
+        try:
+            profile()
+        except Exception as e:
+            row["problems"].append(ce.brief_error("stof profile", e))
+    write(args, rows, rate, device_name, left)
     for F in loaded.values():
         if F is not None:
             F.close(torch)
