@@ -116,6 +116,19 @@ static void check_last_logits(stof_model *m, const family_golden *g, const dev_o
     printf("%-28s last-token logits %.2e\n", label, e);
 }
 
+/* One [B, L, W] output of a run against its golden tensor: copied back,
+ * checked on the real tokens, padding rows zeros. */
+static void check_output(const family_golden *g, const char *what, const char *golden_name,
+                         float *host, const float *dev, int64_t W, double tol, const char *label)
+{
+    int64_t n = (int64_t)g->B * g->L * W;
+    to_host(host, dev, n);
+    double e = family_golden_err(host, family_golden_f32(g, golden_name, n), g, W, false);
+    CHECK(e <= tol, "%s: %s err %.3g > %.3g", label, what, e, tol);
+    CHECK(family_golden_padding_zero(host, g, W), "%s: %s padding rows", label, what);
+    printf(" %s %.2e", what, e);
+}
+
 static void run_case(stof_ctx *ctx, const golden_case *c, stof_dtype dtype,
                      const stof_mask_spec *spec)
 {
@@ -154,22 +167,12 @@ static void run_case(stof_ctx *ctx, const golden_case *c, stof_dtype dtype,
             CHECK(st == STOF_OK, "%s: %s", label, stof_last_error());
             if (st != STOF_OK) break;
             bool masked = ways[w].way == WAY_MASKED;
-            to_host(hidden, d.hidden, nh);
-            double eh = family_golden_err(
-                hidden, family_golden_f32(&g, masked ? "hidden_masked" : "hidden", nh), &g, H,
-                false);
-            CHECK(eh <= tol, "%s: hidden err %.3g > %.3g", label, eh, tol);
-            CHECK(family_golden_padding_zero(hidden, &g, H), "%s: hidden padding rows", label);
-            printf("%-28s hidden %.2e", label, eh);
-            if (c->decoder) {
-                to_host(logits, d.logits, nl);
-                double el = family_golden_err(
-                    logits, family_golden_f32(&g, masked ? "logits_masked" : "logits", nl), &g, V,
-                    false);
-                CHECK(el <= tol, "%s: logits err %.3g > %.3g", label, el, tol);
-                CHECK(family_golden_padding_zero(logits, &g, V), "%s: logits padding rows", label);
-                printf(" logits %.2e", el);
-            }
+            printf("%-28s", label);
+            check_output(&g, "hidden", masked ? "hidden_masked" : "hidden", hidden, d.hidden, H,
+                         tol, label);
+            if (c->decoder)
+                check_output(&g, "logits", masked ? "logits_masked" : "logits", logits, d.logits, V,
+                             tol, label);
             printf("\n");
         }
     if (c->decoder) {
