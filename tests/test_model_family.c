@@ -4,7 +4,8 @@
  * LLaMA (GQA 4:1, llama3 rope scaling), Mistral (a sliding window shorter
  * than the batch, a sharded checkpoint), Qwen2 (q/k/v biases, MQA, mixed
  * sliding layers, stored in bf16, tied head) and ModernBERT (global and
- * local layers). Each case runs a padded batch, the same batch packed, and
+ * local layers), and the same families with BERT at head dim 32 (the GPU
+ * set, test_model_golden_gpu.c). Each case runs a padded batch, the same batch packed, and
  * the batch under a stof mask spec intersected with the family's own masks;
  * pooled embeddings (last token for decoders, mean for encoders) are checked
  * too; the error is max |out - ref| / max |ref| over the real tokens, at most
@@ -12,7 +13,7 @@
  * tensors, outputs the family does not have.
  */
 #include "cpu/cpu_ref.h"
-#include "io/safetensors.h"
+#include "family_golden.h"
 #include "testlib.h"
 
 #include <stof.h>
@@ -38,12 +39,22 @@ static const double tolerance = 1e-4;
 typedef struct family_case {
     const char *name, *family, *model_type;
     int kv_heads, decoder;
+    const char *spec; /* the golden's MASK_SPEC */
 } family_case;
 
+/* The CPU set, then the GPU set (head dim 32, L 72; test_model_golden_gpu.c). */
 static const family_case cases[] = {
-    {"gpt2", "gpt2", "gpt2", 4, 1},        {"llama", "llama", "llama", 2, 1},
-    {"mistral", "llama", "mistral", 2, 1}, {"qwen2", "llama", "qwen2", 1, 1},
-    {"modernbert", "modernbert", "modernbert", 4, 0},
+    {"gpt2", "gpt2", "gpt2", 4, 1, "window:2,global:1"},
+    {"llama", "llama", "llama", 2, 1, "window:2,global:1"},
+    {"mistral", "llama", "mistral", 2, 1, "window:2,global:1"},
+    {"qwen2", "llama", "qwen2", 1, 1, "window:2,global:1"},
+    {"modernbert", "modernbert", "modernbert", 4, 0, "window:2,global:1"},
+    {"gpt2_hd32", "gpt2", "gpt2", 2, 1, "window:8,global:2"},
+    {"llama_hd32", "llama", "llama", 1, 1, "window:8,global:2"},
+    {"mistral_hd32", "llama", "mistral", 1, 1, "window:8,global:2"},
+    {"qwen2_hd32", "llama", "qwen2", 1, 1, "window:8,global:2"},
+    {"modernbert_hd32", "modernbert", "modernbert", 2, 0, "window:8,global:2"},
+    {"bert_hd32", "bert", "bert", 2, 0, "window:8,global:2"},
 };
 
 static stof_ctx *cpu_ctx(void)
@@ -58,87 +69,12 @@ static stof_ctx *cpu_ctx(void)
     return ctx;
 }
 
-/* The golden file of a case, and its tensors by name. */
-typedef struct golden {
-    safetensors_file *f;
-    const int32_t *ids, *lengths;
-    int B, L;
-} golden;
-
-static const float *golden_f32(const golden *g, const char *name, int64_t numel)
-{
-    const safetensors_tensor *t = stof_safetensors_find(g->f, name);
-    if (!t || t->dtype != ST_F32 || t->numel != numel) {
-        fprintf(stderr, "golden tensor %s missing or misshapen\n", name);
-        exit(1);
-    }
-    return t->data;
-}
-
-static void golden_open(const char *name, golden *g)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.golden.safetensors", data_dir, name);
-    if (stof_safetensors_open(path, &g->f) != STOF_OK) {
-        fprintf(stderr, "%s\n", stof_last_error());
-        exit(1);
-    }
-    const safetensors_tensor *ids = stof_safetensors_find(g->f, "ids");
-    const safetensors_tensor *len = stof_safetensors_find(g->f, "lengths");
-    if (!ids || !len || ids->dtype != ST_I32 || len->dtype != ST_I32 || ids->ndim != 2) {
-        fprintf(stderr, "%s: ids / lengths missing\n", path);
-        exit(1);
-    }
-    g->ids = ids->data;
-    g->lengths = len->data;
-    g->B = (int)ids->shape[0];
-    g->L = (int)ids->shape[1];
-}
-
-/* max |out - ref| / max |ref| over rows [b, i < lengths[b]] of [B, L, W] (or the
- * packed rows when packed). */
-static double rel_err_rows(const float *out, const float *ref, const golden *g, int64_t W,
-                           bool packed)
-{
-    double err = 0.0, mag = 0.0;
-    int64_t t = 0;
-    for (int b = 0; b < g->B; b++)
-        for (int i = 0; i < g->lengths[b]; i++, t++) {
-            const float *o = out + (packed ? t : (int64_t)b * g->L + i) * W;
-            const float *r = ref + ((int64_t)b * g->L + i) * W;
-            for (int64_t c = 0; c < W; c++) {
-                double d = fabs((double)o[c] - r[c]);
-                if (!(d <= err)) err = isnan(d) ? INFINITY : d;
-                if (fabs(r[c]) > mag) mag = fabs(r[c]);
-            }
-        }
-    return err / mag;
-}
-
-/* Padding rows of a padded output must be exact zeros. */
-static bool padding_zero(const float *out, const golden *g, int64_t W)
-{
-    for (int b = 0; b < g->B; b++)
-        for (int64_t i = g->lengths[b]; i < g->L; i++)
-            for (int64_t c = 0; c < W; c++)
-                if (out[((int64_t)b * g->L + i) * W + c] != 0.0f) return false;
-    return true;
-}
-
-static int64_t real_tokens(const golden *g)
-{
-    int64_t T = 0;
-    for (int b = 0; b < g->B; b++)
-        T += g->lengths[b];
-    return T;
-}
-
 /* One forward of the golden batch: hidden padded or packed, logits of every token. */
-static stof_status forward(stof_model *m, const golden *g, const stof_mask_spec *spec,
+static stof_status forward(stof_model *m, const family_golden *g, const stof_mask_spec *spec,
                            bool packed, float *hidden, int H, float *logits, int V)
 {
     int64_t sh_ids[2] = {g->B, g->L}, sh_len[1] = {g->B};
-    int64_t sh_hid[3] = {g->B, g->L, H}, sh_packed[2] = {real_tokens(g), H};
+    int64_t sh_hid[3] = {g->B, g->L, H}, sh_packed[2] = {family_golden_tokens(g), H};
     int64_t sh_log[3] = {g->B, g->L, V};
     stof_tensor ids = stof_tensor_make((void *)g->ids, STOF_I32, STOF_MEM_HOST, 2, sh_ids);
     stof_tensor len = stof_tensor_make((void *)g->lengths, STOF_I32, STOF_MEM_HOST, 1, sh_len);
@@ -156,7 +92,7 @@ static stof_status forward(stof_model *m, const golden *g, const stof_mask_spec 
 
 /* Pooled embeddings: the last real token's hidden state (decoders) or the mean
  * of the real tokens' (encoders), from the golden hidden states. */
-static void check_pooled(stof_model *m, const golden *g, const float *ref_hidden, int H,
+static void check_pooled(stof_model *m, const family_golden *g, const float *ref_hidden, int H,
                          bool last, const char *name)
 {
     int64_t sh_ids[2] = {g->B, g->L}, sh_len[1] = {g->B}, sh_pool[2] = {g->B, H};
@@ -187,7 +123,7 @@ static void check_pooled(stof_model *m, const golden *g, const float *ref_hidden
 }
 
 /* Logits of the last real token only ([B, V]) against the golden rows. */
-static void check_last_logits(stof_model *m, const golden *g, const float *ref, int V,
+static void check_last_logits(stof_model *m, const family_golden *g, const float *ref, int V,
                               const char *name)
 {
     int64_t sh_ids[2] = {g->B, g->L}, sh_len[1] = {g->B}, sh_log[2] = {g->B, V};
@@ -199,16 +135,8 @@ static void check_last_logits(stof_model *m, const golden *g, const float *ref, 
     stof_forward_params p = stof_forward_default_params();
     p.logits = &log;
     CHECK_OK(stof_model_forward(m, &p, &ids, &len, NULL, NULL, NULL));
-    double err = 0.0, mag = 0.0;
-    for (int b = 0; b < g->B; b++) {
-        const float *r = ref + ((int64_t)b * g->L + g->lengths[b] - 1) * V;
-        for (int v = 0; v < V; v++) {
-            double d = fabs((double)out[(int64_t)b * V + v] - r[v]);
-            if (!(d <= err)) err = isnan(d) ? INFINITY : d;
-            if (fabs(r[v]) > mag) mag = fabs(r[v]);
-        }
-    }
-    CHECK(err / mag <= tolerance, "%s: last-token logits rel err %.3g", name, err / mag);
+    double err = family_golden_last_err(out, ref, g, V);
+    CHECK(err <= tolerance, "%s: last-token logits rel err %.3g", name, err);
     free(out);
 }
 
@@ -234,55 +162,57 @@ static void check_case(stof_ctx *ctx, const family_case *c)
     check_info(m, c);
     stof_model_info info;
     stof_model_get_info(m, &info);
-    golden g;
-    golden_open(c->name, &g);
+    family_golden g;
+    family_golden_open(c->name, &g);
     int H = info.hidden, V = info.vocab;
     int64_t nh = (int64_t)g.B * g.L * H, nl = (int64_t)g.B * g.L * V;
     float *hidden = malloc((size_t)nh * sizeof(float));
     float *logits = c->decoder ? malloc((size_t)nl * sizeof(float)) : NULL;
     stof_mask_spec *spec = NULL;
-    CHECK_OK(stof_mask_spec_parse("window:2,global:1", &spec));
+    CHECK_OK(stof_mask_spec_parse(c->spec, &spec));
     for (int run = 0; run < 3; run++) {
         bool packed = run == 1, masked = run == 2;
         const char *what = packed ? "packed" : masked ? "masked" : "padded";
         test_poison_f32(hidden, nh);
         if (logits) test_poison_f32(logits, nl);
         CHECK_OK(forward(m, &g, masked ? spec : NULL, packed, hidden, H, logits, V));
-        const float *ref_h = golden_f32(&g, masked ? "hidden_masked" : "hidden", nh);
-        double eh = rel_err_rows(hidden, ref_h, &g, H, packed);
+        const float *ref_h = family_golden_f32(&g, masked ? "hidden_masked" : "hidden", nh);
+        double eh = family_golden_err(hidden, ref_h, &g, H, packed);
         CHECK(eh <= tolerance, "%s %s: hidden rel err %.3g", c->name, what, eh);
-        if (!packed) CHECK(padding_zero(hidden, &g, H), "%s %s: padding rows", c->name, what);
+        if (!packed)
+            CHECK(family_golden_padding_zero(hidden, &g, H), "%s %s: padding rows", c->name, what);
         printf("%-10s %-6s hidden %.2e", c->name, what, eh);
         if (logits) {
-            const float *ref_l = golden_f32(&g, masked ? "logits_masked" : "logits", nl);
-            double el = rel_err_rows(logits, ref_l, &g, V, false);
+            const float *ref_l = family_golden_f32(&g, masked ? "logits_masked" : "logits", nl);
+            double el = family_golden_err(logits, ref_l, &g, V, false);
             CHECK(el <= tolerance, "%s %s: logits rel err %.3g", c->name, what, el);
-            CHECK(padding_zero(logits, &g, V), "%s %s: logits padding rows", c->name, what);
+            CHECK(family_golden_padding_zero(logits, &g, V), "%s %s: logits padding rows", c->name,
+                  what);
             printf(" logits %.2e", el);
         }
         printf("\n");
     }
-    if (c->decoder) check_last_logits(m, &g, golden_f32(&g, "logits", nl), V, c->name);
-    check_pooled(m, &g, golden_f32(&g, "hidden", nh), H, c->decoder, c->name);
+    if (c->decoder) check_last_logits(m, &g, family_golden_f32(&g, "logits", nl), V, c->name);
+    check_pooled(m, &g, family_golden_f32(&g, "hidden", nh), H, c->decoder, c->name);
     stof_mask_spec_destroy(spec);
     free(hidden);
     free(logits);
-    stof_safetensors_close(g.f);
+    family_golden_close(&g);
     stof_model_destroy(m);
 }
 
 /* The llama3 frequencies of the llama case, against HF's rotary_emb.inv_freq. */
 static void check_llama3_freqs(void)
 {
-    golden g;
-    golden_open("llama", &g);
-    const float *ref = golden_f32(&g, "inv_freq", 4);
+    family_golden g;
+    family_golden_open("llama", &g);
+    const float *ref = family_golden_f32(&g, "inv_freq", 4);
     float got[4];
     cpu_rope_freqs(10000.0f, 8, 2, 8.0f, 1.0f, 4.0f, 16, got);
     for (int i = 0; i < 4; i++)
         CHECK(fabs(got[i] - ref[i]) <= 1e-6 * fabs(ref[i]), "inv_freq[%d] %.9g vs HF %.9g", i,
               got[i], ref[i]);
-    stof_safetensors_close(g.f);
+    family_golden_close(&g);
 }
 
 /* ---- named errors on altered copies of the gpt2 case */

@@ -170,6 +170,9 @@ static tune_plan make_plan(test_rng *r)
     p.attn_kernel = kernels[test_rng_int(r, 0, 3)];
     p.attn_warps = (int)test_rng_int(r, 1, 8);
     p.attn_block_m = 16 << test_rng_int(r, 0, 3);
+    p.attn2_kernel = kernels[test_rng_int(r, 0, 3)];
+    p.attn2_warps = (int)test_rng_int(r, 1, 8);
+    p.attn2_block_m = 16 << test_rng_int(r, 0, 3);
     p.default_ms = test_rng_float(r, 0.1f, 50.0f) + 1.0 / 3.0;
     p.tuned_ms = p.default_ms * 0.7123456789012345;
     p.tune_s = test_rng_float(r, 1.0f, 900.0f) / 7.0;
@@ -187,7 +190,8 @@ static bool plan_equal(const tune_plan *a, const tune_plan *b)
     }
     return a->ffn_chain == b->ffn_chain && a->attn_kernel == b->attn_kernel &&
            a->attn_warps == b->attn_warps && a->attn_block_m == b->attn_block_m &&
-           a->default_ms == b->default_ms && a->tuned_ms == b->tuned_ms && a->tune_s == b->tune_s;
+           a->attn2_kernel == b->attn2_kernel && a->attn2_warps == b->attn2_warps &&
+           a->attn2_block_m == b->attn2_block_m && a->default_ms == b->default_ms && a->tuned_ms == b->tuned_ms && a->tune_s == b->tune_s;
 }
 
 /* ---------------------------------------------------------------- keys */
@@ -480,7 +484,7 @@ typedef struct mutation {
     const char *what;
     int entry; /* entry to change */
     const char *object,
-        *field;       /* "key", "plan", "attention", "seg0".."seg3" or "" (entry itself) */
+        *field; /* "key", "plan", "attention", "attention2", "seg0".."seg3" or "" (entry) */
     const char *json; /* new value; NULL removes the field */
 } mutation;
 
@@ -509,6 +513,9 @@ static const mutation mutations[] = {
     {"attention kernel 9", 1, "attention", "kernel", "9"},
     {"attention kernel 3 (the CPU)", 1, "attention", "kernel", "3"},
     {"attention missing", 1, "plan", "attention", NULL},
+    {"attention2 kernel 9", 1, "attention2", "kernel", "9"},
+    {"attention2 warps negative", 1, "attention2", "warps", "-4"},
+    {"attention2 a number", 1, "plan", "attention2", "5"},
     {"tuned_ms negative", 1, "plan", "tuned_ms", "-1"},
     {"tune_s a bool", 1, "plan", "tune_s", "true"},
     {"entry a number", 1, NULL, NULL, "42"},
@@ -527,8 +534,8 @@ static char *mutate(const char *text, const mutation *m)
         cJSON *o = e;
         if (strcmp(m->object, "key") == 0 || strcmp(m->object, "plan") == 0)
             o = cJSON_GetObjectItem(e, m->object);
-        else if (strcmp(m->object, "attention") == 0)
-            o = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "plan"), "attention");
+        else if (strncmp(m->object, "attention", 9) == 0)
+            o = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "plan"), m->object);
         else if (strncmp(m->object, "seg", 3) == 0)
             o = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "plan"), "segments"),
                                    m->object[3] - '0');
@@ -637,6 +644,22 @@ static void test_corrupt(test_rng *r)
         CHECK(tune_cache_count(c) == 2 && tune_cache_find(c, &k0, NULL) &&
                   !tune_cache_find(c, &k1, NULL) && tune_cache_find(c, &k2, NULL),
               "%s: count %d", mutations[i].what, tune_cache_count(c));
+        tune_cache_free(c);
+        free(text);
+    }
+
+    /* an entry written before "attention2" existed loads, its second kind on the selector */
+    {
+        static const mutation older = {"attention2 absent", 1, "plan", "attention2", NULL};
+        char *text = mutate(good, &older);
+        write_text(path, text, strlen(text));
+        tune_cache *c = NULL;
+        CHECK_OK(tune_cache_load(path, "1.0.0", &c));
+        tune_key k1 = make_key(11, "1.0.0");
+        tune_plan p;
+        CHECK(tune_cache_count(c) == 3 && tune_cache_find(c, &k1, &p) &&
+                  p.attn2_kernel == STOF_ATTN_AUTO && p.attn2_warps == 0 && p.attn2_block_m == 0,
+              "an entry without attention2: count %d", tune_cache_count(c));
         tune_cache_free(c);
         free(text);
     }

@@ -129,8 +129,9 @@ int cmd_tune(cli_args *a)
     stof_tensor t_ids = stof_tensor_make(ids, STOF_I32, STOF_MEM_HOST, 2, sh_ids);
     stof_tensor t_len = stof_tensor_make(o.lengths, STOF_I32, STOF_MEM_HOST, 1, sh_len);
     printf("stof %s on %s\n", stof_version(), stof_ctx_device_name(ctx));
-    printf("model         %s: %d layers, hidden %d, %d heads, intermediate %d, %s\n", o.model,
-           info.layers, info.hidden, info.heads, info.intermediate, stof_dtype_name(info.dtype));
+    printf("model         %s: %s (%s), %d layers, hidden %d, %d heads, intermediate %d, %s\n",
+           o.model, info.family, info.model_type, info.layers, info.hidden, info.heads,
+           info.intermediate, stof_dtype_name(info.dtype));
     fflush(stdout);
     stof_tune_params tp = stof_tune_default_params();
     tp.mask = spec;

@@ -59,6 +59,14 @@ stof_status enc_forward_plan(stof_model *model, const stof_forward_params *param
                              const stof_tensor *token_types, stof_tensor *hidden_out,
                              stof_tensor *pooled_out, const struct tune_plan *plan);
 
+/* The tuning-cache key of a forward of this shape on this model and device:
+ * the device, the library version, the model's dims, its family and the hash
+ * of its description (desc_hash), the padded shape, the token bucket and the
+ * mask's canonical text (NULL: "full"). Host fields only: any context. */
+struct tune_key;
+void model_tune_key(const stof_model *m, int batch, int len, int64_t tokens,
+                    const char *mask_text, struct tune_key *key);
+
 /* ---- exec_cpu.c */
 
 stof_status exec_cpu_forward(stof_model *m, const enc_request *r);

@@ -18,14 +18,14 @@
 
 #include <cuda_runtime_api.h>
 
+#define ENG_MASK_KINDS 2 /* distinct layer mask kinds a model may have (ModernBERT: 2) */
+
 /* Fusion scheme of the layers for one token count. */
 typedef struct layer_plan {
     fuse_choice qkv, out, ffn1, ffn2, chain;
     bool use_chain;
-    stof_attn_choice attn; /* kernel AUTO: the selector */
+    stof_attn_choice attn[ENG_MASK_KINDS]; /* per layer mask kind; kernel AUTO: the selector */
 } layer_plan;
-
-#define ENG_MASK_KINDS 2 /* distinct layer mask kinds a model may have (ModernBERT: 2) */
 #define ENC_GRAPHS 8 /* captured buckets kept per model (least recently used goes) */
 #define ENC_PLANS 16 /* tuning-cache lookups remembered per model */
 
@@ -188,8 +188,8 @@ stof_status eng_mask_kinds(enc_gpu *g, const model_desc *d);
 
 /* ---- plan_gpu.c */
 
-/* GEMM segment seg (tune_segment) of BERT layer w on T rows. */
-fuse_linear_args eng_segment_args(const stof_model *m, const layer_weights *w, int seg, int64_t T);
+/* GEMM segment seg (tune_segment) of layer l on T rows, as the executor runs it. */
+fuse_linear_args eng_segment_args(const stof_model *m, int l, int seg, int64_t T);
 /* K slices of segment seg's cuBLASLt GEMM. */
 int eng_segment_splits(const stof_model *m, int seg, int64_t rows);
 bool eng_plan_equal(const layer_plan *a, const layer_plan *b);

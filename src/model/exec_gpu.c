@@ -40,7 +40,8 @@ static stof_status attention(stof_model *m, const enc_request *r, const dev_inpu
     int64_t ncu = r->batch + 1;
     stof_tensor cu = stof_tensor_make(in->cu, STOF_I32, STOF_MEM_DEVICE, 1, &ncu);
     stof_attn_params ap = stof_attn_default_params();
-    const stof_attn_choice *choice = p->attn.kernel == STOF_ATTN_AUTO ? NULL : &p->attn;
+    const stof_attn_choice *a = &p->attn[g->layer_kind[l]];
+    const stof_attn_choice *choice = a->kernel == STOF_ATTN_AUTO ? NULL : a;
     return attn_attention_with(m->ctx, &ap, choice, &q, &k, &v, mask, &cu, &cu, &out);
 }
 
@@ -54,17 +55,16 @@ static stof_status wait_mask(stof_model *m, void *mask_ready)
 
 /* Segment seg of layer w as a forward runs it on its inputs: in->rows rows,
  * of which the GEMM segments may skip those past in->live. */
-static fuse_linear_args layer_args(const stof_model *m, const layer_weights *w, int seg,
-                                   const dev_inputs *in)
+static fuse_linear_args layer_args(const stof_model *m, int l, int seg, const dev_inputs *in)
 {
-    fuse_linear_args a = eng_segment_args(m, w, seg, in->rows);
+    fuse_linear_args a = eng_segment_args(m, l, seg, in->rows);
     a.live_rows = in->live;
     return a;
 }
 
-static stof_status ffn(stof_model *m, const layer_weights *w, const layer_plan *p,
-                       const dev_inputs *in)
+static stof_status ffn(stof_model *m, int l, const layer_plan *p, const dev_inputs *in)
 {
+    const layer_weights *w = &m->w.layer[l];
     enc_gpu *g = m->gpu;
     const model_desc *d = &m->desc;
     if (p->use_chain) {
@@ -88,9 +88,9 @@ static stof_status ffn(stof_model *m, const layer_weights *w, const layer_plan *
         f.inter_buf = g->inter;
         return fuse_ffn(m->ctx, &p->chain, &f, g->lt);
     }
-    fuse_linear_args up = layer_args(m, w, TUNE_SEG_FFN1, in);
+    fuse_linear_args up = layer_args(m, l, TUNE_SEG_FFN1, in);
     STOF_TRY(fuse_linear_act(m->ctx, &p->ffn1, &up, g->lt));
-    fuse_linear_args down = layer_args(m, w, TUNE_SEG_FFN2, in);
+    fuse_linear_args down = layer_args(m, l, TUNE_SEG_FFN2, in);
     return fuse_linear_res_ln(m->ctx, &p->ffn2, &down, g->lt);
 }
 
@@ -101,37 +101,16 @@ static stof_status bert_layer(stof_model *m, int l, const layer_plan *p, const e
                               const dev_inputs *in, stof_mask *mask, void *mask_ready)
 {
     enc_gpu *g = m->gpu;
-    const layer_weights *w = &m->w.layer[l];
-    fuse_linear_args a = layer_args(m, w, TUNE_SEG_QKV, in);
+    fuse_linear_args a = layer_args(m, l, TUNE_SEG_QKV, in);
     STOF_TRY(fuse_linear_act(m->ctx, &p->qkv, &a, g->lt));
     STOF_TRY(wait_mask(m, mask_ready));
     STOF_TRY(attention(m, r, in, p, l, mask));
-    a = layer_args(m, w, TUNE_SEG_OUT, in);
+    a = layer_args(m, l, TUNE_SEG_OUT, in);
     STOF_TRY(fuse_linear_res_ln(m->ctx, &p->out, &a, g->lt));
-    return ffn(m, w, p, in);
+    return ffn(m, l, p, in);
 }
 
 /* ---------------------------------------------------------------- pre-norm families */
-
-/* y = x w^T (+ bias), act, on the forward's rows. */
-static stof_status linear(stof_model *m, const fuse_choice *c, const dev_inputs *in, const void *x,
-                          const void *w, const void *bias, int n, int k, stof_act act, void *y)
-{
-    enc_gpu *g = m->gpu;
-    fuse_linear_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = g->dtype;
-    a.m = in->rows;
-    a.n = n;
-    a.k = k;
-    a.x = x;
-    a.w = w;
-    a.bias = bias;
-    a.y = y;
-    a.act = act;
-    a.w_ready = true;
-    return fuse_linear_act(m->ctx, c, &a, g->lt);
-}
 
 /* A norm of the desc's kind over the residual stream. */
 typedef struct norm_ref {
@@ -139,32 +118,25 @@ typedef struct norm_ref {
     const void *gamma, *beta;
 } norm_ref;
 
-/* x = x + (xin w^T + bias), then h = next(x): the residual add of a pre-norm
+/* x = x + (a.x w^T + bias), then h = next(x): the residual add of a pre-norm
  * sublayer and the norm in front of the next one in one row pass (fuse_norm
- * two-out). *h is where the next sublayer reads: g->h, or x itself when the
- * next norm is NONE (the GEMM then adds the residual in its epilogue). last:
- * the final norm, written over x (the hidden state out). */
-static stof_status project_add_norm(stof_model *m, const dev_inputs *in, const void *xin,
-                                    const void *w, const void *bias, int k, norm_ref next,
-                                    bool last, const void **h)
+ * two-out); the GEMM (segment a, into delta) runs the plan's choice c. *h is
+ * where the next sublayer reads: g->h, or x itself when the next norm is
+ * NONE (the cuBLASLt GEMM then adds the residual in its epilogue). last: the
+ * final norm, written over x (the hidden state out). */
+static stof_status project_add_norm(stof_model *m, const dev_inputs *in, const fuse_choice *c,
+                                    fuse_linear_args a, norm_ref next, bool last, const void **h)
 {
     enc_gpu *g = m->gpu;
     int H = m->desc.hidden;
-    fuse_choice lt;
-    memset(&lt, 0, sizeof lt);
-    lt.path = FUSE_PATH_CUBLASLT;
     if (next.kind == NORM_NONE) {
-        fuse_linear_args a;
-        memset(&a, 0, sizeof a);
-        a.dtype = g->dtype;
-        a.m = in->rows, a.n = H, a.k = k;
-        a.x = xin, a.w = w, a.bias = bias, a.y = g->x;
-        a.w_ready = true;
+        a.y = g->x;
+        a.lt_algo = c->path == FUSE_PATH_CUBLASLT ? c->lt_algo : 0;
         STOF_TRY(fuse_lt_gemm(m->ctx, &a, ACT_NONE, g->x, g->lt));
         *h = g->x;
         return STOF_OK;
     }
-    STOF_TRY(linear(m, &lt, in, xin, w, bias, H, k, ACT_NONE, g->delta));
+    STOF_TRY(fuse_linear_act(m->ctx, c, &a, g->lt));
     fuse_norm_kind kind = next.kind == NORM_RMS ? FUSE_NORM_RMS : FUSE_NORM_LAYER;
     float eps = m->desc.norm_eps;
     if (last)
@@ -183,7 +155,8 @@ static norm_ref attn_norm_of(const stof_model *m, int l)
 }
 
 /* One pre-norm layer from h = attn_norm(x); leaves h = the next layer's
- * attn_norm(x) (or x = final_norm(x) after the last). */
+ * attn_norm(x) (or x = final_norm(x) after the last). Each GEMM runs the
+ * plan's choice for its segment. */
 static stof_status prenorm_layer(stof_model *m, int l, const layer_plan *p, const enc_request *r,
                                  const dev_inputs *in, stof_mask *mask, void *mask_ready,
                                  const void **h)
@@ -192,29 +165,28 @@ static stof_status prenorm_layer(stof_model *m, int l, const layer_plan *p, cons
     const model_desc *d = &m->desc;
     const layer_desc *ld = &d->layer[l];
     const layer_weights *w = &m->w.layer[l];
-    int H = d->hidden, D = ld->head_dim, I = ld->intermediate;
-    int qkv_n = (ld->heads + 2 * ld->kv_heads) * D, attn_n = ld->heads * D;
-    STOF_TRY(linear(m, &p->qkv, in, *h, w->qkv, w->qkv_b, qkv_n, H, ACT_NONE, g->qkv));
+    fuse_linear_args a = eng_segment_args(m, l, TUNE_SEG_QKV, in->rows);
+    a.x = *h;
+    STOF_TRY(fuse_linear_act(m->ctx, &p->qkv, &a, g->lt));
     if (ld->pos == POS_ROPE) /* q and k lie side by side in each row: one call turns both */
-        STOF_TRY(fuse_rope(m->ctx, g->dtype, g->qkv, in->rows, ld->heads + ld->kv_heads, D, qkv_n,
-                           in->pos, g->inv_freq[l], ld->rope.rot_dim));
+        STOF_TRY(fuse_rope(m->ctx, g->dtype, g->qkv, in->rows, ld->heads + ld->kv_heads,
+                           ld->head_dim, a.n, in->pos, g->inv_freq[l], ld->rope.rot_dim));
     STOF_TRY(wait_mask(m, mask_ready));
     STOF_TRY(attention(m, r, in, p, l, mask));
     norm_ref mlp_norm = {ld->mlp_norm, w->mlp_norm, w->mlp_norm_b};
-    STOF_TRY(project_add_norm(m, in, g->attn, w->o, w->o_b, attn_n, mlp_norm, false, h));
-    const void *act_out = g->inter;
-    if (ld->mlp == MLP_GLU) {
-        STOF_TRY(linear(m, &p->ffn1, in, *h, w->mlp_in, w->mlp_in_b, 2 * I, H, ACT_NONE,
-                        g->inter));
-        STOF_TRY(fuse_glu(m->ctx, g->dtype, in->rows, I, g->inter, ld->act, g->gated));
-        act_out = g->gated;
-    } else {
-        STOF_TRY(linear(m, &p->ffn1, in, *h, w->mlp_in, w->mlp_in_b, I, H, ld->act, g->inter));
-    }
+    STOF_TRY(project_add_norm(m, in, &p->out, eng_segment_args(m, l, TUNE_SEG_OUT, in->rows),
+                              mlp_norm, false, h));
+    a = eng_segment_args(m, l, TUNE_SEG_FFN1, in->rows);
+    a.x = *h;
+    STOF_TRY(fuse_linear_act(m->ctx, &p->ffn1, &a, g->lt));
+    if (ld->mlp == MLP_GLU)
+        STOF_TRY(fuse_glu(m->ctx, g->dtype, in->rows, ld->intermediate, g->inter, ld->act,
+                          g->gated));
     bool last = l == d->layers - 1;
     norm_ref next = last ? (norm_ref){d->final_norm, m->w.final_norm, m->w.final_norm_b}
                          : attn_norm_of(m, l + 1);
-    return project_add_norm(m, in, act_out, w->down, w->down_b, I, next, last, h);
+    return project_add_norm(m, in, &p->ffn2, eng_segment_args(m, l, TUNE_SEG_FFN2, in->rows),
+                            next, last, h);
 }
 
 /* x = the embeddings of the packed tokens (with the embedding norm, if any). */

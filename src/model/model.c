@@ -46,6 +46,31 @@ stof_tune_params stof_tune_default_params(void)
     return p;
 }
 
+void model_tune_key(const stof_model *m, int batch, int len, int64_t tokens,
+                    const char *mask_text, tune_key *key)
+{
+    const stof_ctx *ctx = m->ctx;
+    const stof_model_info *info = &m->info;
+    memset(key, 0, sizeof *key);
+    size_t name_len = strnlen(ctx->device_name, sizeof key->gpu - 1);
+    memcpy(key->gpu, ctx->device_name, name_len); /* key is zeroed: stays terminated */
+    key->sm_count = ctx->sm_count;
+    key->cc = ctx->cc_major * 10 + ctx->cc_minor;
+    snprintf(key->version, sizeof key->version, "%s", stof_version());
+    key->hidden = info->hidden;
+    key->layers = info->layers;
+    key->heads = info->heads;
+    key->intermediate = info->intermediate;
+    key->dtype = (int)info->dtype;
+    key->batch = batch;
+    key->len = len;
+    key->token_bucket = tune_token_bucket(tokens);
+    tune_mask_signature(mask_text, key->mask, sizeof key->mask);
+    snprintf(key->family, sizeof key->family, "%s", m->desc.family);
+    snprintf(key->desc_hash, sizeof key->desc_hash, "%016llx",
+             (unsigned long long)desc_hash(&m->desc));
+}
+
 #if !STOF_HAVE_CUDA
 /* The search measures GPU plans (tune_gpu.c); a CPU-only build has none. */
 stof_status stof_model_tune(stof_model *model, const stof_tune_params *params,

@@ -69,18 +69,27 @@ static layer_plan plan_rules(void)
     memset(&p, 0, sizeof p);
     p.qkv = p.out = p.ffn1 = p.ffn2 = lt_choice(0);
     p.use_chain = false;
-    p.attn.kernel = STOF_ATTN_AUTO;
+    for (int k = 0; k < ENG_MASK_KINDS; k++)
+        p.attn[k].kernel = STOF_ATTN_AUTO;
     return p;
 }
 
-/* The linear layer of GEMM segment seg (tune_segment) of layer w on T rows:
- * what the layers run, and what the tuner asks cuBLASLt about. */
-fuse_linear_args eng_segment_args(const stof_model *m, const layer_weights *w, int seg, int64_t T)
+/* The linear layer of GEMM segment seg (tune_segment) of layer l on T rows:
+ * what the layers run, and what the tuner asks cuBLASLt about. Post-norm
+ * BERT: QKV + bias (+ act), out-projection and FFN2 with residual +
+ * LayerNorm in their epilogue. Pre-norm layers: four plain linears (+ bias,
+ * + act) whose norms run as row passes beside them; the QKV and FFN1 inputs
+ * are the normed h (the executor points x elsewhere where the layer has no
+ * norm), the out-projection and FFN2 land in delta, FFN2 reads the GLU's
+ * gated product. */
+fuse_linear_args eng_segment_args(const stof_model *m, int l, int seg, int64_t T)
 {
     const enc_gpu *g = m->gpu;
     const model_desc *d = &m->desc;
-    int H = d->hidden, I = d->layer[0].intermediate;
-    float eps = d->norm_eps;
+    const layer_desc *ld = &d->layer[l];
+    const layer_weights *w = &m->w.layer[l];
+    int H = d->hidden, I = ld->intermediate, D = ld->head_dim;
+    bool glu = ld->mlp == MLP_GLU;
     fuse_linear_args a;
     memset(&a, 0, sizeof a);
     a.dtype = g->dtype;
@@ -89,19 +98,25 @@ fuse_linear_args eng_segment_args(const stof_model *m, const layer_weights *w, i
     a.w_ready = true; /* weights are written once, at load */
     switch (seg) {
     case TUNE_SEG_QKV:
-        a.n = 3 * H, a.k = H, a.x = g->x, a.w = w->qkv, a.bias = w->qkv_b, a.y = g->qkv;
+        a.n = (ld->heads + 2 * ld->kv_heads) * D, a.k = H, a.w = w->qkv, a.bias = w->qkv_b;
+        a.x = g->bert ? g->x : g->h, a.y = g->qkv;
         break;
     case TUNE_SEG_OUT:
-        a.n = H, a.k = H, a.x = g->attn, a.w = w->o, a.bias = w->o_b, a.y = g->x;
-        a.residual = g->x, a.gamma = w->attn_norm, a.beta = w->attn_norm_b, a.eps = eps;
+        a.n = H, a.k = ld->heads * D, a.x = g->attn, a.w = w->o, a.bias = w->o_b;
+        a.y = g->bert ? g->x : g->delta;
+        if (g->bert)
+            a.residual = g->x, a.gamma = w->attn_norm, a.beta = w->attn_norm_b, a.eps = d->norm_eps;
         break;
     case TUNE_SEG_FFN1:
-        a.n = I, a.k = H, a.x = g->x, a.w = w->mlp_in, a.bias = w->mlp_in_b, a.y = g->inter;
-        a.act = d->layer[0].act;
+        a.n = glu ? 2 * I : I, a.k = H, a.w = w->mlp_in, a.bias = w->mlp_in_b, a.y = g->inter;
+        a.x = g->bert ? g->x : g->h;
+        a.act = glu ? ACT_NONE : ld->act; /* a GLU's activation runs in fuse_glu */
         break;
     default: /* TUNE_SEG_FFN2 */
-        a.n = H, a.k = I, a.x = g->inter, a.w = w->down, a.bias = w->down_b, a.y = g->x;
-        a.residual = g->x, a.gamma = w->mlp_norm, a.beta = w->mlp_norm_b, a.eps = eps;
+        a.n = H, a.k = I, a.x = glu ? g->gated : g->inter, a.w = w->down, a.bias = w->down_b;
+        a.y = g->bert ? g->x : g->delta;
+        if (g->bert)
+            a.residual = g->x, a.gamma = w->mlp_norm, a.beta = w->mlp_norm_b, a.eps = d->norm_eps;
         break;
     }
     return a;
@@ -111,7 +126,7 @@ fuse_linear_args eng_segment_args(const stof_model *m, const layer_weights *w, i
  * the residual + LayerNorm segments only. */
 int eng_segment_splits(const stof_model *m, int seg, int64_t rows)
 {
-    fuse_linear_args a = eng_segment_args(m, &m->w.layer[0], seg, rows);
+    fuse_linear_args a = eng_segment_args(m, 0, seg, rows);
     return a.gamma ? fuse_lt_split_rule(rows, a.n, a.k, m->gpu->lt.bytes) : 1;
 }
 
@@ -142,7 +157,7 @@ static void plan_small(const stof_model *m, layer_plan *p, int64_t rows)
         bool ffn = i == TUNE_SEG_FFN1 || i == TUNE_SEG_FFN2;
         if ((ffn && p->use_chain) || seg[i]->path != FUSE_PATH_CUBLASLT || seg[i]->lt_algo != 0)
             continue;
-        fuse_linear_args a = eng_segment_args(m, &m->w.layer[0], i, rows);
+        fuse_linear_args a = eng_segment_args(m, 0, i, rows);
         c.splits = fuse_sm90_small_rule(rows, a.n, a.k, a.gamma != NULL, m->ctx->sm_count,
                                         m->gpu->lt.bytes);
         if (c.splits > 0) *seg[i] = c;
@@ -168,22 +183,27 @@ static fuse_choice choice_from_seg(const tune_seg *t, fuse_tpl tpl)
     return c;
 }
 
-/* A tuned plan as the layers run it. */
-static layer_plan plan_from_tune(const tune_plan *t)
+/* A tuned plan as the layers run it. Pre-norm layers run every GEMM segment
+ * as a linear (+ bias, + act) and have no FFN chain. */
+static layer_plan plan_from_tune(const tune_plan *t, bool bert)
 {
     layer_plan p = plan_rules();
+    fuse_tpl res = bert ? FUSE_TPL_GEMM_RES_LN : FUSE_TPL_GEMM_BIAS_ACT;
     p.qkv = choice_from_seg(&t->seg[TUNE_SEG_QKV], FUSE_TPL_GEMM_BIAS_ACT);
-    p.out = choice_from_seg(&t->seg[TUNE_SEG_OUT], FUSE_TPL_GEMM_RES_LN);
-    p.use_chain = t->ffn_chain != 0;
+    p.out = choice_from_seg(&t->seg[TUNE_SEG_OUT], res);
+    p.use_chain = bert && t->ffn_chain != 0;
     if (p.use_chain) {
         p.chain = choice_from_seg(&t->seg[TUNE_SEG_FFN1], FUSE_TPL_FFN_CHAIN);
     } else {
         p.ffn1 = choice_from_seg(&t->seg[TUNE_SEG_FFN1], FUSE_TPL_GEMM_BIAS_ACT);
-        p.ffn2 = choice_from_seg(&t->seg[TUNE_SEG_FFN2], FUSE_TPL_GEMM_RES_LN);
+        p.ffn2 = choice_from_seg(&t->seg[TUNE_SEG_FFN2], res);
     }
-    p.attn.kernel = (stof_attn_kernel)t->attn_kernel;
-    p.attn.warps = t->attn_warps;
-    p.attn.block_m = t->attn_block_m;
+    p.attn[0].kernel = (stof_attn_kernel)t->attn_kernel;
+    p.attn[0].warps = t->attn_warps;
+    p.attn[0].block_m = t->attn_block_m;
+    p.attn[1].kernel = (stof_attn_kernel)t->attn2_kernel;
+    p.attn[1].warps = t->attn2_warps;
+    p.attn[1].block_m = t->attn2_block_m;
     return p;
 }
 
@@ -216,37 +236,12 @@ static void describe_plan(const layer_plan *p, int64_t T, const char *source)
              (long long)T, source, a, b, c, p->use_chain ? "" : " + ", p->use_chain ? "" : d);
 }
 
-static void fill_key(const stof_model *m, int batch, int len, int64_t tokens, const char *text,
-                     tune_key *key)
-{
-    const stof_ctx *ctx = m->ctx;
-    const stof_model_info *info = &m->info;
-    memset(key, 0, sizeof *key);
-    size_t name_len = strnlen(ctx->device_name, sizeof key->gpu - 1);
-    memcpy(key->gpu, ctx->device_name, name_len); /* key is zeroed: stays terminated */
-    key->sm_count = ctx->sm_count;
-    key->cc = ctx->cc_major * 10 + ctx->cc_minor;
-    snprintf(key->version, sizeof key->version, "%s", stof_version());
-    key->hidden = info->hidden;
-    key->layers = info->layers;
-    key->heads = info->heads;
-    key->intermediate = info->intermediate;
-    key->dtype = (int)info->dtype;
-    key->batch = batch;
-    key->len = len;
-    key->token_bucket = tune_token_bucket(tokens);
-    tune_mask_signature(text, key->mask, sizeof key->mask);
-    snprintf(key->family, sizeof key->family, "%s", m->desc.family);
-    snprintf(key->desc_hash, sizeof key->desc_hash, "%016llx",
-             (unsigned long long)desc_hash(&m->desc));
-}
-
 stof_status enc_gpu_tune_key(stof_model *m, int batch, int len, int64_t tokens,
                              const stof_mask_spec *mask, tune_key *key)
 {
     char *text = eng_format_mask(m->gpu, mask);
     STOF_REQUIRE(text, STOF_ERR_OOM, "out of host memory formatting a mask spec");
-    fill_key(m, batch, len, tokens, text, key);
+    model_tune_key(m, batch, len, tokens, text, key);
     free(text);
     return STOF_OK;
 }
@@ -259,7 +254,7 @@ static bool plan_lookup(stof_model *m, const enc_request *r, int64_t rows, const
     enc_gpu *g = m->gpu;
     if (!text) return false;
     tune_key key;
-    fill_key(m, r->batch, r->len, rows, text, &key);
+    model_tune_key(m, r->batch, r->len, rows, text, &key);
     for (int i = 0; i < ENC_PLANS; i++) {
         enc_plan_memo *e = &g->memo[i];
         if (e->used && tune_key_equal(&e->key, &key)) {
@@ -337,10 +332,10 @@ layer_plan eng_plan_for(stof_model *m, const enc_request *r, int64_t rows, const
     const char *source = "rule-based";
     layer_plan p;
     if (r->plan) {
-        p = plan_from_tune(r->plan);
+        p = plan_from_tune(r->plan, m->gpu->bert);
         source = "requested";
     } else if (plan_lookup(m, r, rows, text, &t)) {
-        p = plan_from_tune(&t);
+        p = plan_from_tune(&t, m->gpu->bert);
         source = "tuned";
     } else {
         p = plan_rules();
@@ -360,11 +355,10 @@ stof_status enc_gpu_lt_algos(stof_model *m, int seg, int64_t rows, int *count)
                  "enc_gpu_lt_algos: no workspace for %lld rows yet", (long long)rows);
     STOF_REQUIRE(seg >= 0 && seg < TUNE_NSEG, STOF_ERR_INVALID_ARG,
                  "enc_gpu_lt_algos: segment %d", seg);
-    STOF_REQUIRE(g->bert, STOF_ERR_UNSUPPORTED, "enc_gpu_lt_algos: BERT segments only");
     /* The GEMM the cuBLASLt path of the segment runs (segments.c): exact GELU
-     * and SiLU go to a row kernel with the bias; LayerNorm segments take the
-     * residual. */
-    fuse_linear_args a = eng_segment_args(m, &m->w.layer[0], seg, rows);
+     * and SiLU go to a row kernel with the bias; BERT's LayerNorm segments
+     * take the residual. */
+    fuse_linear_args a = eng_segment_args(m, 0, seg, rows);
     stof_act act = a.act;
     if (!fuse_lt_has_act(act)) {
         act = ACT_NONE;

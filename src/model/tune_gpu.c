@@ -1,14 +1,20 @@
 /*
  * tune_gpu.c — stof_model_tune: the two-stage search (src/tune/search.c)
- * over the execution plans of the GPU encoder, and its tuning cache entry.
+ * over the execution plans of the GPU engine, for every family it runs, and
+ * its tuning cache entry (keyed by the family and the description's hash,
+ * model_tune_key).
  *
  * What the search gets from here:
  *  - scheme variants: each GEMM segment toggled between cuBLASLt (+ row
- *    kernels) and its stof template (QKV and FFN1: GEMM + bias + activation;
- *    out-proj and FFN2: GEMM + bias + residual + LayerNorm), and the FFN pair
- *    merged into the chain template (intermediate kept on chip) or split back;
- *    a new template comes with two sampled configs: the rule-based default and
- *    one other that fits;
+ *    kernels) and its stof template. Post-norm BERT: QKV and FFN1 take GEMM +
+ *    bias + activation, out-proj and FFN2 GEMM + bias + residual + LayerNorm,
+ *    and the FFN pair may merge into the chain template (intermediate kept on
+ *    chip) or split back. Pre-norm layers (GPT-2, LLaMA and its kin,
+ *    ModernBERT): all four segments are linears (+ bias, + act; FFN1 of a GLU
+ *    writes both halves) whose residual add and norm run as one row pass, so
+ *    each takes GEMM + bias + activation or the Hopper GEMM. A new template
+ *    comes with two sampled configs: the rule-based default and one other
+ *    that fits;
  *  - parameter settings per dimension: the cuBLASLt heuristic's algorithms
  *    (best first) or the template's instantiated configs that fit the shape
  *    (the default first), and for attention the selector's choice followed by
@@ -66,27 +72,28 @@ typedef struct tuner {
 
 /* ---------------------------------------------------------------- candidates */
 
-static fuse_tpl seg_tpl(int seg, bool chain)
+/* The template a segment expands into: BERT's QKV and FFN1 take GEMM + bias
+ * + activation and its out-projection and FFN2 GEMM + residual + LayerNorm;
+ * every GEMM of a pre-norm layer is a linear (+ bias, + act) whose norm runs
+ * beside it. */
+static fuse_tpl seg_tpl(const tuner *t, int seg, bool chain)
 {
     if (chain && seg == TUNE_SEG_FFN1) return FUSE_TPL_FFN_CHAIN;
+    if (!t->m->gpu->bert) return FUSE_TPL_GEMM_BIAS_ACT;
     return seg == TUNE_SEG_QKV || seg == TUNE_SEG_FFN1 ? FUSE_TPL_GEMM_BIAS_ACT
                                                        : FUSE_TPL_GEMM_RES_LN;
 }
 
-/* GEMM shape of a segment: rows x n out, k in (the chain: n hidden, k intermediate). */
+/* GEMM shape of a segment (layer 0's, as the layers of every family share
+ * their widths): rows x n out, k in (the chain: n hidden, k intermediate). */
 static void seg_shape(const tuner *t, int seg, bool chain, int *n, int *k)
 {
-    int H = t->m->info.hidden, I = t->m->info.intermediate;
     if (chain && seg == TUNE_SEG_FFN1) {
-        *n = H, *k = I;
+        *n = t->m->info.hidden, *k = t->m->info.intermediate;
         return;
     }
-    switch (seg) {
-    case TUNE_SEG_QKV: *n = 3 * H, *k = H; break;
-    case TUNE_SEG_OUT: *n = H, *k = H; break;
-    case TUNE_SEG_FFN1: *n = I, *k = H; break;
-    default: *n = H, *k = I; break;
-    }
+    fuse_linear_args a = eng_segment_args(t->m, 0, seg, t->rows);
+    *n = a.n, *k = a.k;
 }
 
 static tune_seg seg_from_config(const fuse_config *c)
@@ -143,7 +150,7 @@ static int fitting_tpl_configs(const tuner *t, int seg, bool chain, fuse_tpl tpl
 static int fitting_configs(const tuner *t, int seg, bool chain, fuse_config *out, int cap,
                            int *alt)
 {
-    fuse_tpl tpl = seg_tpl(seg, chain);
+    fuse_tpl tpl = seg_tpl(t, seg, chain);
     int count = fitting_tpl_configs(t, seg, chain, tpl, out, cap);
     *alt = -1;
     if (tpl == FUSE_TPL_GEMM_BIAS_ACT && fuse_sm90_available(t->m->ctx)) {
@@ -198,6 +205,7 @@ static int scheme_variants(void *user, const tune_plan *base, tune_plan *out, in
             out[n++].seg[seg] = seg_from_config(&cfg[pick]);
         }
     }
+    if (!t->m->gpu->bert) return n; /* pre-norm layers have no FFN chain */
     if (base->ffn_chain) { /* split the chain */
         if (n < cap) {
             out[n] = *base;
@@ -219,44 +227,54 @@ static int scheme_variants(void *user, const tune_plan *base, tune_plan *out, in
     return n;
 }
 
-/* Attention configurations that serve the mask: the selector first. */
-static int attn_variants(const tuner *t, const tune_plan *base, tune_plan *out, int cap)
+/* Sets the attention of layer mask kind `kind` (tune_plan's attn_* or attn2_*). */
+static void set_attn(tune_plan *p, int kind, int kernel, int warps, int block_m)
+{
+    if (kind == 0)
+        p->attn_kernel = kernel, p->attn_warps = warps, p->attn_block_m = block_m;
+    else
+        p->attn2_kernel = kernel, p->attn2_warps = warps, p->attn2_block_m = block_m;
+}
+
+/* Attention configurations of one mask kind's layers that serve the mask,
+ * the selector first; the other kind's stays as in base. */
+static int attn_kind_variants(const tuner *t, const tune_plan *base, int kind, tune_plan *out,
+                              int cap)
 {
     int n = 0;
     int D = t->m->info.head_dim;
     if (n < cap) {
         out[n] = *base;
-        out[n].attn_kernel = STOF_ATTN_AUTO;
-        out[n].attn_warps = out[n].attn_block_m = 0;
-        n++;
+        set_attn(&out[n++], kind, STOF_ATTN_AUTO, 0, 0);
     }
     for (int i = 0; i < ATTN_BW_NCONFIGS && n < cap; i++) {
         const attn_bw_config *c = &attn_bw_configs[i];
         if (!attn_blockwise_available(D, t->tile_m, t->tile_n, c->warps, c->block_m)) continue;
         out[n] = *base;
-        out[n].attn_kernel = STOF_ATTN_BLOCKWISE;
-        out[n].attn_warps = c->warps;
-        out[n].attn_block_m = c->block_m;
-        n++;
+        set_attn(&out[n++], kind, STOF_ATTN_BLOCKWISE, c->warps, c->block_m);
     }
     static const int sm90[2][2] = {{4, 64}, {8, 128}};
     for (int i = 0; i < 2 && n < cap; i++) {
         if (!attn_sm90_available(t->m->ctx, D, t->tile_m, t->tile_n, sm90[i][0], sm90[i][1]))
             continue;
         out[n] = *base;
-        out[n].attn_kernel = STOF_ATTN_BLOCKWISE_SM90;
-        out[n].attn_warps = sm90[i][0];
-        out[n].attn_block_m = sm90[i][1];
-        n++;
+        set_attn(&out[n++], kind, STOF_ATTN_BLOCKWISE_SM90, sm90[i][0], sm90[i][1]);
     }
     /* Row-wise walks every visible key per row: a candidate for short rows only. */
     if (t->L <= 512 && attn_rowwise_available(D, t->tile_n) && n < cap) {
         out[n] = *base;
-        out[n].attn_kernel = STOF_ATTN_ROWWISE;
-        out[n].attn_warps = ATTN_ROWWISE_WARPS;
-        out[n].attn_block_m = 0;
-        n++;
+        set_attn(&out[n++], kind, STOF_ATTN_ROWWISE, ATTN_ROWWISE_WARPS, 0);
     }
+    return n;
+}
+
+/* The attention dimension: each mask kind's configurations in turn (a
+ * ModernBERT's global layers, then its local ones). */
+static int attn_variants(const tuner *t, const tune_plan *base, tune_plan *out, int cap)
+{
+    int n = 0;
+    for (int kind = 0; kind < t->m->gpu->n_kinds && kind < 2; kind++)
+        n += attn_kind_variants(t, base, kind, out + n, cap - n);
     return n;
 }
 
@@ -320,21 +338,30 @@ static double rel_err(const float *a, const float *ref, int64_t n)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static void describe_seg(const tune_plan *p, int dim, char *out, size_t cap)
+static void describe_attn(int kernel, int warps, int block_m, char *out, size_t cap)
+{
+    switch (kernel) {
+    case STOF_ATTN_AUTO: snprintf(out, cap, "selector"); break;
+    case STOF_ATTN_BLOCKWISE: snprintf(out, cap, "blockwise w%d m%d", warps, block_m); break;
+    case STOF_ATTN_ROWWISE: snprintf(out, cap, "rowwise"); break;
+    case STOF_ATTN_BLOCKWISE_SM90:
+        snprintf(out, cap, "blockwise_sm90 w%d m%d", warps, block_m);
+        break;
+    default: snprintf(out, cap, "kernel %d w%d m%d", kernel, warps, block_m);
+    }
+}
+
+/* What plan p runs in dimension dim; the attention of a model with two layer
+ * mask kinds names both ("selector; 2nd kind: blockwise w4 m64"). */
+static void describe_seg(const tune_plan *p, int dim, int kinds, char *out, size_t cap)
 {
     if (dim == TUNE_DIM_ATTN) {
-        switch (p->attn_kernel) {
-        case STOF_ATTN_AUTO: snprintf(out, cap, "selector"); break;
-        case STOF_ATTN_BLOCKWISE:
-            snprintf(out, cap, "blockwise w%d m%d", p->attn_warps, p->attn_block_m);
-            break;
-        case STOF_ATTN_ROWWISE: snprintf(out, cap, "rowwise"); break;
-        case STOF_ATTN_BLOCKWISE_SM90:
-            snprintf(out, cap, "blockwise_sm90 w%d m%d", p->attn_warps, p->attn_block_m);
-            break;
-        default:
-            snprintf(out, cap, "kernel %d w%d m%d", p->attn_kernel, p->attn_warps,
-                     p->attn_block_m);
+        describe_attn(p->attn_kernel, p->attn_warps, p->attn_block_m, out, cap);
+        size_t used = strlen(out);
+        if (kinds > 1 && used + 16 < cap) {
+            used += (size_t)snprintf(out + used, cap - used, "; 2nd kind: ");
+            describe_attn(p->attn2_kernel, p->attn2_warps, p->attn2_block_m, out + used,
+                          cap - used);
         }
         return;
     }
@@ -352,12 +379,12 @@ static void describe_seg(const tune_plan *p, int dim, char *out, size_t cap)
     fuse_config_format(&c, out, cap);
 }
 
-static void describe_plan(const tune_plan *p, char *out, size_t cap)
+static void describe_plan(const tune_plan *p, int kinds, char *out, size_t cap)
 {
     size_t used = 0;
     for (int d = 0; d < TUNE_DIMS && used < cap; d++) {
         char one[96];
-        describe_seg(p, d, one, sizeof one);
+        describe_seg(p, d, kinds, one, sizeof one);
         int w = snprintf(out + used, cap - used, "%s%s", d ? " | " : "", one);
         if (w < 0) break;
         used += (size_t)w;
@@ -370,7 +397,7 @@ static stof_status measure(void *user, const tune_plan *plan, double *ms, bool *
     *ms = INFINITY;
     *valid = false;
     char desc[512];
-    describe_plan(plan, desc, sizeof desc);
+    describe_plan(plan, t->m->gpu->n_kinds, desc, sizeof desc);
     size_t bytes = (size_t)t->B * t->L * t->H * 2;
     STOF_CUDA_TRY(cudaMemset(t->d_hid, 0xff, bytes)); /* NaN: unwritten output shows */
     /* The first forward of a plan's bucket runs kernel by kernel, the second
@@ -488,7 +515,7 @@ static void tuner_free(tuner *t)
     free(t->out);
 }
 
-static void fill_result(const tune_plan *best, double tune_s, const tune_stats *stats,
+static void fill_result(const tune_plan *best, int kinds, double tune_s, const tune_stats *stats,
                         stof_tune_result *out)
 {
     static const char *names[STOF_TUNE_SEGMENTS] = {"qkv", "out-proj", "ffn1", "ffn2",
@@ -502,8 +529,8 @@ static void fill_result(const tune_plan *best, double tune_s, const tune_stats *
     out->rejected = stats->rejected;
     for (int d = 0; d < STOF_TUNE_SEGMENTS; d++) {
         snprintf(out->segment[d], sizeof out->segment[d], "%s", names[d]);
-        describe_seg(best, d, out->chosen[d], sizeof out->chosen[d]);
-        describe_seg(&def, d, out->fallback[d], sizeof out->fallback[d]);
+        describe_seg(best, d, kinds, out->chosen[d], sizeof out->chosen[d]);
+        describe_seg(&def, d, kinds, out->fallback[d], sizeof out->fallback[d]);
     }
 }
 
@@ -516,10 +543,6 @@ stof_status stof_model_tune(stof_model *model, const stof_tune_params *params,
     STOF_REQUIRE(ids, STOF_ERR_INVALID_ARG, "stof_model_tune: ids is NULL");
     STOF_REQUIRE(model->gpu, STOF_ERR_UNSUPPORTED,
                  "stof_model_tune: the model runs on the CPU; tuning measures GPU plans");
-    STOF_REQUIRE(model->gpu->bert, STOF_ERR_UNSUPPORTED,
-                 "stof_model_tune: the search covers the fused segments of post-norm BERT "
-                 "layers; %s (family %s) runs the rule-based plan",
-                 model->desc.model_type, model->desc.family);
     memset(out, 0, sizeof *out);
     stof_tune_params p = params ? *params : stof_tune_default_params();
     if (p.budget == 0) p.budget = TUNE_DEFAULT_BUDGET;
@@ -546,7 +569,7 @@ stof_status stof_model_tune(stof_model *model, const stof_tune_params *params,
     if (st == STOF_OK) {
         best.tune_s = now_s() - t0;
         enc_gpu_remember_plan(model->gpu, &key, &best);
-        fill_result(&best, best.tune_s, &stats, out);
+        fill_result(&best, model->gpu->n_kinds, best.tune_s, &stats, out);
         if (p.store) {
             char path[sizeof out->cache_path];
             st = enc_gpu_tune_cache_path(model->gpu, path, sizeof path);

@@ -52,7 +52,7 @@ void tune_plan_default(tune_plan *p)
 {
     if (!p) return;
     memset(p, 0, sizeof *p);
-    p->attn_kernel = STOF_ATTN_AUTO;
+    p->attn_kernel = p->attn2_kernel = STOF_ATTN_AUTO;
 }
 
 /* ------------------------------------------------------------------ keys */
@@ -174,6 +174,11 @@ static bool key_valid(const tune_key *k, char *why, size_t cap)
     return bad == NULL;
 }
 
+static bool attn_kernel_valid(int k)
+{
+    return k >= STOF_ATTN_AUTO && k != STOF_ATTN_CPU && k <= STOF_ATTN_BLOCKWISE_SM90;
+}
+
 static bool plan_valid(const tune_plan *p, char *why, size_t cap)
 {
     for (int s = 0; s < TUNE_NSEG; s++) {
@@ -191,10 +196,10 @@ static bool plan_valid(const tune_plan *p, char *why, size_t cap)
     const char *bad = NULL;
     if (p->ffn_chain != 0 && p->ffn_chain != 1)
         bad = "ffn_chain is not 0 or 1";
-    else if (p->attn_kernel < STOF_ATTN_AUTO || p->attn_kernel == STOF_ATTN_CPU ||
-             p->attn_kernel > STOF_ATTN_BLOCKWISE_SM90)
+    else if (!attn_kernel_valid(p->attn_kernel) || !attn_kernel_valid(p->attn2_kernel))
         bad = "attention.kernel is not AUTO, BLOCKWISE, ROWWISE or BLOCKWISE_SM90";
-    else if (p->attn_warps < 0 || p->attn_block_m < 0)
+    else if (p->attn_warps < 0 || p->attn_block_m < 0 || p->attn2_warps < 0 ||
+             p->attn2_block_m < 0)
         bad = "attention: a negative number";
     else if (!(isfinite(p->default_ms) && p->default_ms >= 0) ||
              !(isfinite(p->tuned_ms) && p->tuned_ms >= 0) ||
@@ -348,9 +353,18 @@ static bool plan_from_json(const cJSON *o, tune_plan *p, char *why, size_t cap)
         snprintf(why, cap, "\"attention\" must be an object");
         return false;
     }
+    /* "attention2" (the second mask kind's) is absent from entries older than it */
+    const cJSON *attn2 = cJSON_GetObjectItemCaseSensitive(o, "attention2");
+    if (attn2 && !cJSON_IsObject(attn2)) {
+        snprintf(why, cap, "\"attention2\" must be an object");
+        return false;
+    }
     return json_int32(attn, "kernel", &p->attn_kernel, why, cap) &&
            json_int32(attn, "warps", &p->attn_warps, why, cap) &&
            json_int32(attn, "block_m", &p->attn_block_m, why, cap) &&
+           (!attn2 || (json_int32(attn2, "kernel", &p->attn2_kernel, why, cap) &&
+                       json_int32(attn2, "warps", &p->attn2_warps, why, cap) &&
+                       json_int32(attn2, "block_m", &p->attn2_block_m, why, cap))) &&
            json_time(o, "default_ms", &p->default_ms, why, cap) &&
            json_time(o, "tuned_ms", &p->tuned_ms, why, cap) &&
            json_time(o, "tune_s", &p->tune_s, why, cap) && plan_valid(p, why, cap);
@@ -419,11 +433,14 @@ static cJSON *entry_to_json(const tune_key *k, const tune_plan *p)
              add_num(o, "block_k", g->block_k) && add_num(o, "warps_m", g->warps_m) &&
              add_num(o, "warps_n", g->warps_n) && add_num(o, "stages", g->stages);
     }
-    cJSON *attn = NULL;
+    cJSON *attn = NULL, *attn2 = NULL;
     ok = ok && cJSON_AddBoolToObject(plan, "ffn_chain", p->ffn_chain != 0) &&
          (attn = cJSON_AddObjectToObject(plan, "attention")) &&
          add_num(attn, "kernel", p->attn_kernel) && add_num(attn, "warps", p->attn_warps) &&
          add_num(attn, "block_m", p->attn_block_m) &&
+         (attn2 = cJSON_AddObjectToObject(plan, "attention2")) &&
+         add_num(attn2, "kernel", p->attn2_kernel) && add_num(attn2, "warps", p->attn2_warps) &&
+         add_num(attn2, "block_m", p->attn2_block_m) &&
          add_exact(plan, "default_ms", p->default_ms) && add_exact(plan, "tuned_ms", p->tuned_ms) &&
          add_exact(plan, "tune_s", p->tune_s);
     if (!ok) {

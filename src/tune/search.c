@@ -73,7 +73,8 @@ static bool same_setting(const tune_plan *a, const tune_plan *b, int dim)
 {
     if (dim == TUNE_DIM_ATTN)
         return a->attn_kernel == b->attn_kernel && a->attn_warps == b->attn_warps &&
-               a->attn_block_m == b->attn_block_m;
+               a->attn_block_m == b->attn_block_m && a->attn2_kernel == b->attn2_kernel &&
+               a->attn2_warps == b->attn2_warps && a->attn2_block_m == b->attn2_block_m;
     return memcmp(&a->seg[dim], &b->seg[dim], sizeof a->seg[dim]) == 0;
 }
 
@@ -100,6 +101,9 @@ static stof_status try_params(search *s, int dim, int count, int *tried, tune_pl
                 next.attn_kernel = buf[i].attn_kernel;
                 next.attn_warps = buf[i].attn_warps;
                 next.attn_block_m = buf[i].attn_block_m;
+                next.attn2_kernel = buf[i].attn2_kernel;
+                next.attn2_warps = buf[i].attn2_warps;
+                next.attn2_block_m = buf[i].attn2_block_m;
             } else {
                 next.seg[dim] = buf[i].seg[dim];
             }

@@ -4,7 +4,8 @@
  * variants and the measurement.
  *
  * Dimensions: the four layer segments (tune_segment) and attention
- * (TUNE_DIM_ATTN). A plan's *scheme* says which operators share a kernel (the
+ * (TUNE_DIM_ATTN: the kernel configuration of every layer mask kind; a
+ * setting changes one kind's). A plan's *scheme* says which operators share a kernel (the
  * path of each segment, the FFN chain); its *parameters* are the tile configs,
  * cuBLASLt algorithm indices and the attention kernel configuration.
  *

@@ -1,9 +1,10 @@
 /*
  * tune.h — the tuner's persistent cache and its budget arithmetic.
  *
- * A tune_plan says, for one encoder shape, which fusion path runs each layer
+ * A tune_plan says, for one forward shape, which fusion path runs each layer
  * segment (cuBLASLt or a stof template with its tile config) and which
- * attention kernel runs. Plans are remembered in a JSON file keyed by a
+ * attention kernel runs for each of the model's (at most two) layer mask
+ * kinds. Plans are remembered in a JSON file keyed by a
  * tune_key (GPU, library version, model dims, padded shape, token-count bucket
  * and mask signature) so that a search runs once per shape and machine.
  *
@@ -51,9 +52,13 @@ typedef struct tune_plan {
     int attn_kernel; /* stof_attn_kernel; 0 (AUTO): the selector */
     int attn_warps, attn_block_m;
     double default_ms, tuned_ms, tune_s; /* what the search measured */
+    /* The same for the layers of the model's second mask kind (ModernBERT's
+     * local layers, Qwen2's sliding ones beside full ones); attn_* is the
+     * first kind's, layer 0's. Entries older than it read as AUTO. */
+    int attn2_kernel, attn2_warps, attn2_block_m;
 } tune_plan;
 
-/* Every segment cuBLASLt algo 0, no chain, attention AUTO, times 0. */
+/* Every segment cuBLASLt algo 0, no chain, attention AUTO (both kinds), times 0. */
 void tune_plan_default(tune_plan *p);
 
 typedef struct tune_key {

@@ -2,7 +2,14 @@
 beside BERT, with Hugging Face's fp32 outputs for fixed inputs (test_model_family.c).
 
 Run from the repository root with transformers installed (CPU is enough):
-    python3 tests/data/families/gen_family_golden.py
+    python3 tests/data/families/gen_family_golden.py        # the CPU set
+    python3 tests/data/families/gen_family_golden.py gpu    # the GPU set
+
+Two sets of cases. The CPU set (test_model_family.c) is as small as a forward
+can be. The GPU set (test_model_golden_gpu.c; cases named <family>_hd32) has the
+head dim 32 the GPU kernels take, a batch longer than one 64-token tile
+(B 3, L 72, lengths 72, 41, 9), windows that cross tiles, BERT beside the
+others, and the mask spec "window:8,global:2".
 
 For each case it writes tests/data/families/<case>/ (save_pretrained: config.json and
 model.safetensors, or shards with model.safetensors.index.json) and <case>.golden.safetensors:
@@ -25,19 +32,27 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+from transformers import (BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM, ModernBertConfig, ModernBertModel,
                           Qwen2Config, Qwen2ForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 B, L, VOCAB = 3, 12, 512
 LENGTHS = [12, 7, 3]
+WINDOW, GLOBAL = 2, 1
 MASK_SPEC = "window:2,global:1"  # stof text form; spec_visible below is its meaning
 
 
+def use_gpu_set():
+    global L, VOCAB, LENGTHS, WINDOW, GLOBAL, MASK_SPEC
+    L, VOCAB, LENGTHS = 72, 256, [72, 41, 9]
+    WINDOW, GLOBAL = 8, 2
+    MASK_SPEC = "window:8,global:2"
+
+
 def spec_visible(i, j):
-    """window:2 (|i - j| <= 2) united with global:1 (i < 1 or j < 1)."""
-    return abs(i - j) <= 2 or i < 1 or j < 1
+    """window:WINDOW (|i - j| <= WINDOW) united with global:GLOBAL (i or j < GLOBAL)."""
+    return abs(i - j) <= WINDOW or i < GLOBAL or j < GLOBAL
 
 
 def extra_mask(lengths):
@@ -73,15 +88,15 @@ def redraw(model, seed):
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=g)
-            if "norm" in name or "ln_" in name:
+            if "norm" in name.lower() or "ln_" in name:
                 p.copy_(1.0 + 0.1 * noise if name.endswith("weight") else 0.1 * noise)
             else:
                 p.copy_(0.15 * noise)
 
 
-def inputs(seed):
+def inputs(seed, vocab):
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, VOCAB, (B, L), generator=g, dtype=torch.int64)
+    ids = torch.randint(1, vocab, (B, L), generator=g, dtype=torch.int64)
     att = torch.zeros(B, L, dtype=torch.int64)
     for b, n in enumerate(LENGTHS):
         att[b, :n] = 1
@@ -125,7 +140,7 @@ def save(case, model, decoder, seed, bf16=False, shard=None, extra=None):
             for p in model.parameters():
                 p.copy_(p.to(torch.bfloat16).to(torch.float32))
     model.eval()
-    ids, att = inputs(seed + 1)
+    ids, att = inputs(seed + 1, model.config.vocab_size)
     out = run(model, ids, att, decoder)
     out["ids"] = ids.to(torch.int32)
     out["lengths"] = torch.tensor(LENGTHS, dtype=torch.int32)
@@ -141,15 +156,18 @@ def save(case, model, decoder, seed, bf16=False, shard=None, extra=None):
     print(case, "->", sorted(os.listdir(folder)))
 
 
-def main():
-    torch.manual_seed(0)
+def patch_all():
     import transformers.models.gpt2.modeling_gpt2 as m_gpt2
     import transformers.models.llama.modeling_llama as m_llama
     import transformers.models.mistral.modeling_mistral as m_mistral
     import transformers.models.modernbert.modeling_modernbert as m_mb
     import transformers.models.qwen2.modeling_qwen2 as m_qwen2
-    for m in (m_gpt2, m_llama, m_mistral, m_mb, m_qwen2):
+    import transformers.models.bert.modeling_bert as m_bert
+    for m in (m_gpt2, m_llama, m_mistral, m_mb, m_qwen2, m_bert):
         patch_eager(m)
+
+
+def cpu_set():
     eager = {"attn_implementation": "eager"}
 
     cfg = GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=64, n_layer=2, n_head=4,
@@ -186,5 +204,58 @@ def main():
     save("modernbert", ModernBertModel(cfg), False, 50)
 
 
+def gpu_set():
+    """Head dim 32 everywhere; GQA 4:1 (LLaMA), windows of 24 (Mistral), 16
+    (Qwen2's first layer) and 8 each side (ModernBERT) across 64-token tiles."""
+    use_gpu_set()
+    eager = {"attn_implementation": "eager"}
+    cfg = GPT2Config(vocab_size=250, n_positions=128, n_embd=64, n_layer=2, n_head=2,
+                     bos_token_id=1, eos_token_id=1, **eager)
+    save("gpt2_hd32", GPT2LMHeadModel(cfg), True, 110)
+
+    rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=192,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                      max_position_embeddings=256, rope_parameters=rope,
+                      tie_word_embeddings=False, **eager)
+    save("llama_hd32", LlamaForCausalLM(cfg), True, 120)
+
+    cfg = MistralConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                        max_position_embeddings=256, sliding_window=24,
+                        tie_word_embeddings=False, **eager)
+    save("mistral_hd32", MistralForCausalLM(cfg), True, 130)
+
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
+                      num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1,
+                      max_position_embeddings=256, use_sliding_window=True, sliding_window=16,
+                      max_window_layers=1, tie_word_embeddings=True, **eager)
+    save("qwen2_hd32", Qwen2ForCausalLM(cfg), True, 140, bf16=True)
+
+    cfg = ModernBertConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
+                           num_hidden_layers=3, num_attention_heads=2,
+                           max_position_embeddings=256, global_attn_every_n_layers=2,
+                           local_attention=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                           cls_token_id=1, sep_token_id=2, **eager)
+    save("modernbert_hd32", ModernBertModel(cfg), False, 150)
+
+    cfg = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=128, max_position_embeddings=128, type_vocab_size=2,
+                     hidden_act="gelu", pad_token_id=0, **eager)
+    save("bert_hd32", BertModel(cfg, add_pooling_layer=False), False, 160)
+
+
+def main(argv):
+    torch.manual_seed(0)
+    patch_all()
+    if argv[1:] == ["gpu"]:
+        gpu_set()
+    elif not argv[1:]:
+        cpu_set()
+    else:
+        sys.exit("usage: gen_family_golden.py [gpu]")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv))
