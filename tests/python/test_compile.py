@@ -1,9 +1,13 @@
 """test_compile.py — stof::attention (python/stof/integrations/torch_op.py) inside
-torch.compile on the CPU: a small attention block compiled with fullgraph=True (AOTAutograd
-with the eager backend, and Inductor) against the same block run eagerly and against a
-float64 torch reference, with no graph break (torch._dynamo.explain and dynamo's counters),
-the op's registration checked by torch.library.opcheck (schema, fake tensor, AOT dispatch),
-and dynamic shapes. Skips without torch."""
+torch.compile: a small attention block compiled with fullgraph=True (AOTAutograd with the
+eager backend, and Inductor) against the same block run eagerly and against a float64 torch
+reference, with no graph break (torch._dynamo.explain and dynamo's counters), the op's
+registration checked by torch.library.opcheck (schema, fake tensor, AOT dispatch), and
+dynamic shapes, on the CPU; on CUDA where torch sees a GPU (float16, head size 64; "cuda" in
+the test ids, which is how ctest's test_python_gpu_hf picks them) the same compiled block, and
+CUDA graphs (mode="reduce-overhead") replayed on new inputs. Skips without torch."""
+
+import copy
 
 import pytest
 
@@ -49,11 +53,11 @@ def reference(block, x, lengths):
                                       block.out.bias.double())
 
 
-def inputs(gen, B=3, L=96, hidden=64):
+def inputs(gen, B=3, L=96, hidden=64, device="cpu", dtype=torch.float32):
     x = torch.randn(B, L, hidden, generator=gen)
     lengths = torch.randint(L // 2, L + 1, (B,), generator=gen, dtype=torch.int32)
     lengths[0] = L
-    return x, lengths
+    return x.to(device, dtype), lengths.to(device)
 
 
 @pytest.fixture
@@ -61,16 +65,16 @@ def gen(seed):
     return torch.Generator().manual_seed(seed)
 
 
-def make_blocks(gen, mask="window:8"):
+def make_blocks(gen, mask="window:8", hidden=64, device="cpu", dtype=torch.float32):
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
-    op = Block(64, 4, mask, use_op=True).eval()
-    eager = Block(64, 4, mask, use_op=False).eval()
+    op = Block(hidden, 4, mask, use_op=True).eval()
+    eager = Block(hidden, 4, mask, use_op=False).eval()
     eager.load_state_dict(op.state_dict())
-    return op, eager
+    return op.to(device, dtype), eager.to(device, dtype)
 
 
 def padded_rows_close(got, want, lengths, tol):
-    for b, n in enumerate(lengths.tolist()):
+    for b, n in enumerate(lengths.cpu().tolist()):
         err = (got[b, :n].double() - want[b, :n].double()).abs().max().item()
         assert err <= tol, f"sequence {b}: off by {err}"
 
@@ -145,3 +149,81 @@ def test_dense_mask_refused(gen):
     q = torch.randn(1, 1, 8, 16, generator=gen)
     with pytest.raises(ValueError, match="as text"):
         stof.attention_op(q, q, q, mask=stof.Mask().dense(torch.ones(8, 8, dtype=torch.bool)))
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
+GPU_HIDDEN = 256  # 4 heads of 64: a head size stof's GPU kernels take
+
+
+def cuda_reference(block, x, lengths):
+    """reference() on a CPU copy of a CUDA block."""
+    return reference(copy.deepcopy(block).cpu(), x.cpu(), lengths.cpu())
+
+
+@needs_cuda
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_block_cuda(gen, backend):
+    op, eager = make_blocks(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
+    x, lengths = inputs(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(op, fullgraph=True, backend=backend)
+    with torch.no_grad():
+        got = compiled(x, lengths)
+        want = eager(x, lengths)
+    assert got.is_cuda and got.dtype == torch.float16
+    padded_rows_close(got, want, lengths, 5e-3)
+    padded_rows_close(got.cpu(), cuda_reference(op, x, lengths), lengths, 2e-2)
+    assert dict(torch._dynamo.utils.counters["graph_break"]) == {}
+
+
+@needs_cuda
+def test_no_graph_break_cuda(gen):
+    op, _ = make_blocks(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
+    x, lengths = inputs(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        explained = torch._dynamo.explain(op)(x, lengths)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert explained.graph_count == 1
+
+
+def assert_cuda_graphs_used():
+    """Inductor counts the graphs it did not put in a CUDA graph (and says why)."""
+    skips = torch._dynamo.utils.counters["inductor"].get("cudagraph_skips", 0)
+    assert skips == 0, "Inductor skipped CUDA graphs for the compiled block"
+
+
+@needs_cuda
+def test_cuda_graphs_static_mask(gen):
+    """mode="reduce-overhead" (Inductor with CUDA graphs): the op is captured and replayed;
+    each replay on new inputs matches the eager block."""
+    op, eager = make_blocks(gen, mask="window:16,global:4", hidden=GPU_HIDDEN, device="cuda",
+                            dtype=torch.float16)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(op, fullgraph=True, mode="reduce-overhead")
+    with torch.no_grad():
+        for step in range(5):
+            x, _ = inputs(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
+            got = compiled(x, None).clone()
+            want = eager(x, None)
+            err = (got.float() - want.float()).abs().max().item()
+            assert err <= 5e-3, f"replay {step}: off by {err}"
+    assert_cuda_graphs_used()
+
+
+@needs_cuda
+def test_cuda_graphs_new_lengths(gen):
+    """CUDA graphs with per-sequence lengths that change between replays: every replay must
+    use the lengths it is given, not those of the call that was captured."""
+    op, eager = make_blocks(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(op, fullgraph=True, mode="reduce-overhead")
+    with torch.no_grad():
+        for step in range(5):
+            x, lengths = inputs(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
+            got = compiled(x, lengths).clone()
+            padded_rows_close(got, eager(x, lengths), lengths, 5e-3)
+    assert_cuda_graphs_used()
