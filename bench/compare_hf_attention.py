@@ -29,7 +29,7 @@ fails above --tol, or when an attention call fell back to SDPA (stof_calls < lay
 Summary: min_long_masked_speedup over the window:256,global:64 cases (target >= 1.5),
 min_speedup over every case (target >= 0.95); failed cases count in neither.
 
-    python3 bench/compare_hf_attention.py [--families bert,gpt2,...] [--out FILE.json]
+    python3 bench/compare_hf_attention.py [--families bert,gpt2,...] [--out-dir DIR]
     python3 bench/compare_hf_attention.py --device cpu --tiny   # a smoke run of every path
 """
 
@@ -101,7 +101,8 @@ def parse_args(argv=None):
     ap.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (smoke run)")
     ap.add_argument("--tiny", action="store_true",
                     help="tiny configs at (2,64) and (1,256), spec window:16,global:4")
-    ap.add_argument("--out")
+    ap.add_argument("--out", help="results file (default: DIR/hf-attention-DATE-GPU.json)")
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "results"), metavar="DIR")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--budget", type=float, default=0.4, help="seconds of timed calls per side")
@@ -263,7 +264,7 @@ def main(argv=None):
     if not args.out:
         name = (gpu_slug(torch.cuda.get_device_name(0)) if args.device.startswith("cuda")
                 else "cpu")
-        args.out = os.path.join(HERE, "results", f"hf-attention-{datetime.date.today()}-"
+        args.out = os.path.join(args.out_dir, f"hf-attention-{datetime.date.today()}-"
                                 f"{name}.json")
     timer = ce.Timer(torch, torch.device(args.device), args.warmup, args.iters, args.budget)
     rows = []

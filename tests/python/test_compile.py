@@ -79,25 +79,41 @@ def padded_rows_close(got, want, lengths, tol):
         assert err <= tol, f"sequence {b}: off by {err}"
 
 
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
+# (hidden size, dtype, tolerance against eager, against float64) per device: on CUDA 4 heads
+# of 64 (a head size stof's GPU kernels take) in float16
+SETUPS = {"cpu": (64, torch.float32, 1e-5, 1e-4), "cuda": (256, torch.float16, 5e-3, 2e-2)}
+DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
+
+
+def device_blocks(gen, device, mask="window:8"):
+    hidden, dtype, _, _ = SETUPS[device]
+    op, eager = make_blocks(gen, mask, hidden=hidden, device=device, dtype=dtype)
+    x, lengths = inputs(gen, hidden=hidden, device=device, dtype=dtype)
+    return op, eager, x, lengths
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_compiled_block_matches_eager(gen, backend):
-    op, eager = make_blocks(gen)
-    x, lengths = inputs(gen)
+def test_compiled_block_matches_eager(gen, backend, device):
+    op, eager, x, lengths = device_blocks(gen, device)
+    _, dtype, tol_eager, tol_ref = SETUPS[device]
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     compiled = torch.compile(op, fullgraph=True, backend=backend)
     with torch.no_grad():
         got = compiled(x, lengths)
         want = eager(x, lengths)
-        ref = reference(op, x, lengths)
-    padded_rows_close(got, want, lengths, 1e-5)
-    padded_rows_close(got, ref, lengths, 1e-4)
+        ref = reference(copy.deepcopy(op).cpu(), x.cpu(), lengths.cpu())
+    assert got.device == x.device and got.dtype == dtype
+    padded_rows_close(got, want, lengths, tol_eager)
+    padded_rows_close(got.cpu(), ref, lengths, tol_ref)
     assert dict(torch._dynamo.utils.counters["graph_break"]) == {}
 
 
-def test_no_graph_break(gen):
-    op, _ = make_blocks(gen)
-    x, lengths = inputs(gen)
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_graph_break(gen, device):
+    op, eager, x, lengths = device_blocks(gen, device)
     torch._dynamo.reset()
     with torch.no_grad():
         explained = torch._dynamo.explain(op)(x, lengths)
@@ -106,7 +122,6 @@ def test_no_graph_break(gen):
     ops = [n.target for g in explained.graphs for n in g.graph.nodes if n.op == "call_function"]
     assert torch.ops.stof.attention.default in ops or torch.ops.stof.attention in ops
     # the eager block's ctypes call is what the op keeps out of the graph
-    _, eager = make_blocks(gen)
     torch._dynamo.reset()
     with torch.no_grad():
         assert torch._dynamo.explain(eager)(x, lengths).graph_break_count > 0
@@ -151,79 +166,25 @@ def test_dense_mask_refused(gen):
         stof.attention_op(q, q, q, mask=stof.Mask().dense(torch.ones(8, 8, dtype=torch.bool)))
 
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
-GPU_HIDDEN = 256  # 4 heads of 64: a head size stof's GPU kernels take
-
-
-def cuda_reference(block, x, lengths):
-    """reference() on a CPU copy of a CUDA block."""
-    return reference(copy.deepcopy(block).cpu(), x.cpu(), lengths.cpu())
-
-
 @needs_cuda
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_compiled_block_cuda(gen, backend):
-    op, eager = make_blocks(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
-    x, lengths = inputs(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
+@pytest.mark.parametrize("lengths_given", [False, True], ids=["static_mask", "new_lengths"])
+def test_cuda_graphs(gen, lengths_given):
+    """mode="reduce-overhead" (Inductor with CUDA graphs): the op is captured once and
+    replayed; each replay on new inputs matches the eager block. With lengths that change
+    between replays, every replay must use the lengths it is given, not those of the call
+    that was captured."""
+    op, eager, _, _ = device_blocks(gen, "cuda", mask="window:16,global:4")
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(op, fullgraph=True, backend=backend)
+    compiled = torch.compile(op, fullgraph=True, mode="reduce-overhead")
     with torch.no_grad():
-        got = compiled(x, lengths)
-        want = eager(x, lengths)
-    assert got.is_cuda and got.dtype == torch.float16
-    padded_rows_close(got, want, lengths, 5e-3)
-    padded_rows_close(got.cpu(), cuda_reference(op, x, lengths), lengths, 2e-2)
-    assert dict(torch._dynamo.utils.counters["graph_break"]) == {}
-
-
-@needs_cuda
-def test_no_graph_break_cuda(gen):
-    op, _ = make_blocks(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
-    x, lengths = inputs(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
-    torch._dynamo.reset()
-    with torch.no_grad():
-        explained = torch._dynamo.explain(op)(x, lengths)
-    assert explained.graph_break_count == 0, explained.break_reasons
-    assert explained.graph_count == 1
-
-
-def assert_cuda_graphs_used():
-    """Inductor counts the graphs it did not put in a CUDA graph (and says why)."""
+        for step in range(5):
+            x, lengths = inputs(gen, hidden=SETUPS["cuda"][0], device="cuda",
+                                dtype=torch.float16)
+            if not lengths_given:
+                lengths = None
+            got = compiled(x, lengths).clone()
+            full = torch.full((x.shape[0],), x.shape[1], dtype=torch.int32)
+            padded_rows_close(got, eager(x, lengths), full if lengths is None else lengths, 5e-3)
     skips = torch._dynamo.utils.counters["inductor"].get("cudagraph_skips", 0)
     assert skips == 0, "Inductor skipped CUDA graphs for the compiled block"
-
-
-@needs_cuda
-def test_cuda_graphs_static_mask(gen):
-    """mode="reduce-overhead" (Inductor with CUDA graphs): the op is captured and replayed;
-    each replay on new inputs matches the eager block."""
-    op, eager = make_blocks(gen, mask="window:16,global:4", hidden=GPU_HIDDEN, device="cuda",
-                            dtype=torch.float16)
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(op, fullgraph=True, mode="reduce-overhead")
-    with torch.no_grad():
-        for step in range(5):
-            x, _ = inputs(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
-            got = compiled(x, None).clone()
-            want = eager(x, None)
-            err = (got.float() - want.float()).abs().max().item()
-            assert err <= 5e-3, f"replay {step}: off by {err}"
-    assert_cuda_graphs_used()
-
-
-@needs_cuda
-def test_cuda_graphs_new_lengths(gen):
-    """CUDA graphs with per-sequence lengths that change between replays: every replay must
-    use the lengths it is given, not those of the call that was captured."""
-    op, eager = make_blocks(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(op, fullgraph=True, mode="reduce-overhead")
-    with torch.no_grad():
-        for step in range(5):
-            x, lengths = inputs(gen, hidden=GPU_HIDDEN, device="cuda", dtype=torch.float16)
-            got = compiled(x, lengths).clone()
-            padded_rows_close(got, eager(x, lengths), lengths, 5e-3)
-    assert_cuda_graphs_used()
