@@ -5,16 +5,18 @@
 # cannot download) and a BERT-base-shaped model made here (random weights, MiniLM's uncased
 # tokenizer files). The offline ceiling is measured in the same run on the same device.
 #
-#   scripts/device_serve.sh MINILM_F16_DIR [SECONDS]
+#   scripts/device_serve.sh MINILM_F16_DIR [SECONDS [SERVE_LOAD_ARGS...]]
 #
 # SECONDS of load per model (default 180; the issue's 3 minutes); the whole run takes about
-# 2 * (SECONDS + 40) s. Writes $OUT/serve-DATE-GPU.json (default OUT: build-gpu/out) and
+# 2 * (SECONDS + 40) s. Further arguments go to bench/serve_load.py (--max-batch-tokens N,
+# --max-wait-ms M: passed on to stof serve). Writes $OUT/serve-DATE-GPU.json (default OUT: build-gpu/out) and
 # $OUT/serve.log; exits non-zero when a request failed or a step did. STOF_BUILD=build
 # SERVE_DEVICE=cpu runs the same steps on the CPU (a check of the script, not suite E).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 minilm=${1:?usage: scripts/device_serve.sh MINILM_F16_DIR [SECONDS]}
 seconds=${2:-180}
+shift $(( $# < 2 ? $# : 2 ))
 out=${OUT:-build-gpu/out}
 mkdir -p "$out"
 build=${STOF_BUILD:-build-gpu}
@@ -39,6 +41,6 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "device_serve: $gpu, $seconds s per model, results in $result"
 python3 bench/serve_load.py --stof "$stof" --device "$device" --model "$minilm" \
-  --bert-base "$work/bert-base" --duration-s "$seconds" --warmup-s 10 --out "$result" \
+  --bert-base "$work/bert-base" --duration-s "$seconds" --warmup-s 10 --out "$result" "$@" \
   >"$out/serve.log" 2>&1 || { rc=$?; tail -n 40 "$out/serve.log"; exit $rc; }
 python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["summary"]))' "$result"
