@@ -4,11 +4,12 @@ transformers.py): tiny random BERT, GPT-2, LLaMA (GQA), Mistral (sliding window)
 right-padded batches, checking that every attention call went through stof; a stof mask spec
 of one's own against SDPA given the same mask densely; and the fallback path (left padding, a
 user's 4D mask, a KV cache, a float32 model on the GPU) equal to SDPA with a single warning
-per reason. Each case runs on the CPU (float32) and, where torch sees a GPU, on CUDA (float16,
+per reason; and bench/compare_hf_attention.py's smoke run. Each case runs on the CPU (float32) and, where torch sees a GPU, on CUDA (float16,
 head size 64, attention far from uniform; its cases carry "cuda" in their ids, which is how
 ctest's test_python_gpu_hf picks them). Skips without torch or transformers."""
 
 import copy
+import json
 import warnings
 
 import pytest
@@ -253,3 +254,25 @@ def test_kv_cache_decode(family, device, seed, calls):
         out[name] = torch.cat(states, 1)
     assert calls[0] == 2
     assert_real_close(out["stof"], out["sdpa"], torch.ones(out["stof"].shape[:2], device=device))
+
+
+def test_compare_hf_attention_cpu(tmp_path, seed):
+    """bench/compare_hf_attention.py's every step on the CPU (--tiny): each case ran all its
+    attention calls on stof and matched SDPA, and the JSON carries the issue's keys."""
+    bench = pytest.importorskip("compare_hf_attention")
+    out = tmp_path / "hf.json"
+    argv = ["--device", "cpu", "--tiny", "--families", "llama,modernbert", "--warmup", "1",
+            "--budget", "0.01", "--iters", "10", "--seed", str(seed % 10000), "--out", str(out)]
+    assert bench.main(argv) == 0
+    result = json.loads(out.read_text())
+    assert set(result) >= {"device", "date", "commit", "command", "cases", "summary"}
+    assert set(result["summary"]) >= {"min_long_masked_speedup", "min_speedup"}
+    cases = result["cases"]
+    assert [(c["family"], c["mask"]) for c in cases] == [
+        (f, m) for f in ("llama", "modernbert") for m in ("padded", "family",
+                                                           "window:16,global:4")]
+    for c in cases:
+        assert not c["failed"] and c["problems"] == [], c
+        assert c["stof_calls"] == c["layers"] and c["max_rel_err"] <= 1e-5
+        assert c["speedup"] > 0
+    assert result["summary"]["min_speedup"] == min(c["speedup"] for c in cases)
