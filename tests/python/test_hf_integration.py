@@ -2,11 +2,12 @@
 transformers.py): tiny random BERT, GPT-2, LLaMA (GQA), Mistral (sliding window), Qwen2 (GQA
 4:1) and ModernBERT (local and global layers) models against the same weights under SDPA on
 right-padded batches, checking that every attention call went through stof; a stof mask spec
-of one's own against SDPA given the same mask densely; and the fallback path (left padding, a
+of one's own against SDPA given the same mask densely; the fallback path (left padding, a
 user's 4D mask, a KV cache, a float32 model on the GPU) equal to SDPA with a single warning
-per reason; and bench/compare_hf_attention.py's smoke run. Each case runs on the CPU (float32) and, where torch sees a GPU, on CUDA (float16,
-head size 64, attention far from uniform; its cases carry "cuda" in their ids, which is how
-ctest's test_python_gpu_hf picks them). Skips without torch or transformers."""
+per reason; and a smoke run of bench/compare_hf_attention.py. Each case runs on the CPU
+(float32) and, where torch sees a GPU, on CUDA (float16, head size 64, attention far from
+uniform; its cases carry "cuda" in their ids, which is how ctest's test_python_gpu_hf picks
+them). Skips without torch or transformers."""
 
 import copy
 import json
