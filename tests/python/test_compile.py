@@ -1,9 +1,13 @@
 """test_compile.py — stof::attention (python/stof/integrations/torch_op.py) inside
-torch.compile on the CPU: a small attention block compiled with fullgraph=True (AOTAutograd
-with the eager backend, and Inductor) against the same block run eagerly and against a
-float64 torch reference, with no graph break (torch._dynamo.explain and dynamo's counters),
-the op's registration checked by torch.library.opcheck (schema, fake tensor, AOT dispatch),
-and dynamic shapes. Skips without torch."""
+torch.compile: a small attention block compiled with fullgraph=True (AOTAutograd with the
+eager backend, and Inductor) against the same block run eagerly and against a float64 torch
+reference, with no graph break (torch._dynamo.explain and dynamo's counters), the op's
+registration checked by torch.library.opcheck (schema, fake tensor, AOT dispatch), and
+dynamic shapes, on the CPU; on CUDA where torch sees a GPU (float16, head size 64; "cuda" in
+the test ids, which is how ctest's test_python_gpu_hf picks them) the same compiled block, and
+CUDA graphs (mode="reduce-overhead") replayed on new inputs. Skips without torch."""
+
+import copy
 
 import pytest
 
@@ -49,11 +53,11 @@ def reference(block, x, lengths):
                                       block.out.bias.double())
 
 
-def inputs(gen, B=3, L=96, hidden=64):
+def inputs(gen, B=3, L=96, hidden=64, device="cpu", dtype=torch.float32):
     x = torch.randn(B, L, hidden, generator=gen)
     lengths = torch.randint(L // 2, L + 1, (B,), generator=gen, dtype=torch.int32)
     lengths[0] = L
-    return x, lengths
+    return x.to(device, dtype), lengths.to(device)
 
 
 @pytest.fixture
@@ -61,39 +65,55 @@ def gen(seed):
     return torch.Generator().manual_seed(seed)
 
 
-def make_blocks(gen, mask="window:8"):
+def make_blocks(gen, mask="window:8", hidden=64, device="cpu", dtype=torch.float32):
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
-    op = Block(64, 4, mask, use_op=True).eval()
-    eager = Block(64, 4, mask, use_op=False).eval()
+    op = Block(hidden, 4, mask, use_op=True).eval()
+    eager = Block(hidden, 4, mask, use_op=False).eval()
     eager.load_state_dict(op.state_dict())
-    return op, eager
+    return op.to(device, dtype), eager.to(device, dtype)
 
 
 def padded_rows_close(got, want, lengths, tol):
-    for b, n in enumerate(lengths.tolist()):
+    for b, n in enumerate(lengths.cpu().tolist()):
         err = (got[b, :n].double() - want[b, :n].double()).abs().max().item()
         assert err <= tol, f"sequence {b}: off by {err}"
 
 
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
+# (hidden size, dtype, tolerance against eager, against float64) per device: on CUDA 4 heads
+# of 64 (a head size stof's GPU kernels take) in float16
+SETUPS = {"cpu": (64, torch.float32, 1e-5, 1e-4), "cuda": (256, torch.float16, 5e-3, 2e-2)}
+DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
+
+
+def device_blocks(gen, device, mask="window:8"):
+    hidden, dtype, _, _ = SETUPS[device]
+    op, eager = make_blocks(gen, mask, hidden=hidden, device=device, dtype=dtype)
+    x, lengths = inputs(gen, hidden=hidden, device=device, dtype=dtype)
+    return op, eager, x, lengths
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_compiled_block_matches_eager(gen, backend):
-    op, eager = make_blocks(gen)
-    x, lengths = inputs(gen)
+def test_compiled_block_matches_eager(gen, backend, device):
+    op, eager, x, lengths = device_blocks(gen, device)
+    _, dtype, tol_eager, tol_ref = SETUPS[device]
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     compiled = torch.compile(op, fullgraph=True, backend=backend)
     with torch.no_grad():
         got = compiled(x, lengths)
         want = eager(x, lengths)
-        ref = reference(op, x, lengths)
-    padded_rows_close(got, want, lengths, 1e-5)
-    padded_rows_close(got, ref, lengths, 1e-4)
+        ref = reference(copy.deepcopy(op).cpu(), x.cpu(), lengths.cpu())
+    assert got.device == x.device and got.dtype == dtype
+    padded_rows_close(got, want, lengths, tol_eager)
+    padded_rows_close(got.cpu(), ref, lengths, tol_ref)
     assert dict(torch._dynamo.utils.counters["graph_break"]) == {}
 
 
-def test_no_graph_break(gen):
-    op, _ = make_blocks(gen)
-    x, lengths = inputs(gen)
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_graph_break(gen, device):
+    op, eager, x, lengths = device_blocks(gen, device)
     torch._dynamo.reset()
     with torch.no_grad():
         explained = torch._dynamo.explain(op)(x, lengths)
@@ -102,7 +122,6 @@ def test_no_graph_break(gen):
     ops = [n.target for g in explained.graphs for n in g.graph.nodes if n.op == "call_function"]
     assert torch.ops.stof.attention.default in ops or torch.ops.stof.attention in ops
     # the eager block's ctypes call is what the op keeps out of the graph
-    _, eager = make_blocks(gen)
     torch._dynamo.reset()
     with torch.no_grad():
         assert torch._dynamo.explain(eager)(x, lengths).graph_break_count > 0
@@ -145,3 +164,27 @@ def test_dense_mask_refused(gen):
     q = torch.randn(1, 1, 8, 16, generator=gen)
     with pytest.raises(ValueError, match="as text"):
         stof.attention_op(q, q, q, mask=stof.Mask().dense(torch.ones(8, 8, dtype=torch.bool)))
+
+
+@needs_cuda
+@pytest.mark.parametrize("lengths_given", [False, True], ids=["static_mask", "new_lengths"])
+def test_cuda_graphs(gen, lengths_given):
+    """mode="reduce-overhead" (Inductor with CUDA graphs): the op is captured once and
+    replayed; each replay on new inputs matches the eager block. With lengths that change
+    between replays, every replay must use the lengths it is given, not those of the call
+    that was captured."""
+    op, eager, _, _ = device_blocks(gen, "cuda", mask="window:16,global:4")
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(op, fullgraph=True, mode="reduce-overhead")
+    with torch.no_grad():
+        for step in range(5):
+            x, lengths = inputs(gen, hidden=SETUPS["cuda"][0], device="cuda",
+                                dtype=torch.float16)
+            if not lengths_given:
+                lengths = None
+            got = compiled(x, lengths).clone()
+            full = torch.full((x.shape[0],), x.shape[1], dtype=torch.int32)
+            padded_rows_close(got, eager(x, lengths), full if lengths is None else lengths, 5e-3)
+    skips = torch._dynamo.utils.counters["inductor"].get("cudagraph_skips", 0)
+    assert skips == 0, "Inductor skipped CUDA graphs for the compiled block"

@@ -1,11 +1,16 @@
 """test_hf_integration.py — attn_implementation="stof" (python/stof/integrations/
-transformers.py) on the CPU: tiny random BERT, GPT-2, LLaMA (GQA), Mistral (sliding window),
-Qwen2 and ModernBERT (local and global layers) models against the same weights under SDPA on right-padded batches, checking that
-every attention call went through stof; a stof mask spec of one's own against SDPA given the
-same mask densely; and the fallback path (left padding, a user's 4D mask, a KV cache) equal
-to SDPA with a single warning per reason. Skips without torch or transformers."""
+transformers.py): tiny random BERT, GPT-2, LLaMA (GQA), Mistral (sliding window), Qwen2 (GQA
+4:1) and ModernBERT (local and global layers) models against the same weights under SDPA on
+right-padded batches, checking that every attention call went through stof; a stof mask spec
+of one's own against SDPA given the same mask densely; the fallback path (left padding, a
+user's 4D mask, a KV cache, a float32 model on the GPU) equal to SDPA with a single warning
+per reason; and a smoke run of bench/compare_hf_attention.py. Each case runs on the CPU
+(float32) and, where torch sees a GPU, on CUDA (float16, head size 64, attention far from
+uniform; its cases carry "cuda" in their ids, which is how ctest's test_python_gpu_hf picks
+them). Skips without torch or transformers."""
 
 import copy
+import json
 import warnings
 
 import pytest
@@ -19,26 +24,43 @@ stof_hf.register()
 
 SMALL = dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
              intermediate_size=128)
-FAMILIES = {
-    "bert": lambda: (transformers.BertModel, transformers.BertConfig(**SMALL)),
-    "gpt2": lambda: (transformers.GPT2Model,
-                     transformers.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4,
-                                             bos_token_id=1, eos_token_id=2)),
-    "llama": lambda: (transformers.LlamaModel,
-                      transformers.LlamaConfig(**SMALL, num_key_value_heads=2)),
-    "mistral": lambda: (transformers.MistralModel,
-                        transformers.MistralConfig(**SMALL, num_key_value_heads=2,
-                                                   sliding_window=7)),
-    "qwen2": lambda: (transformers.Qwen2Model,
-                      transformers.Qwen2Config(**SMALL, num_key_value_heads=1)),
-    # two local layers (a bidirectional window of 4 each side), then a global one
-    "modernbert": lambda: (transformers.ModernBertModel,
-                           transformers.ModernBertConfig(**{**SMALL, "num_hidden_layers": 3},
-                                                         global_attn_every_n_layers=3,
-                                                         local_attention=8, pad_token_id=0,
-                                                         bos_token_id=1, eos_token_id=2,
-                                                         cls_token_id=1, sep_token_id=2)),
-}
+# on the GPU: head size 64 (stof's GPU kernels take 32, 64, 80, 96, 128, 256), and weights of
+# std 0.1 so that attention rows are far from uniform and a wrong mask shows
+GPU_SMALL = dict(SMALL, hidden_size=256, intermediate_size=512, initializer_range=0.1)
+# sliding windows and local attention that matter at the batch lengths below
+WINDOWS = {"cpu": dict(sliding_window=7, local_attention=8),
+           "cuda": dict(sliding_window=48, local_attention=64)}
+LENGTH = {"cpu": 40, "cuda": 160}
+
+
+def family_config(family, device):
+    """(model class, config) of a tiny model of the family for device."""
+    small, win = (GPU_SMALL if device == "cuda" else SMALL), WINDOWS[device]
+    if family == "bert":
+        return transformers.BertModel, transformers.BertConfig(**small)
+    if family == "gpt2":
+        return transformers.GPT2Model, transformers.GPT2Config(
+            vocab_size=100, n_embd=small["hidden_size"], n_layer=2, n_head=4, bos_token_id=1,
+            eos_token_id=2, initializer_range=small.get("initializer_range", 0.02))
+    if family == "llama":
+        return transformers.LlamaModel, transformers.LlamaConfig(**small, num_key_value_heads=2)
+    if family == "mistral":
+        return transformers.MistralModel, transformers.MistralConfig(
+            **small, num_key_value_heads=2, sliding_window=win["sliding_window"])
+    if family == "qwen2":
+        return transformers.Qwen2Model, transformers.Qwen2Config(**small, num_key_value_heads=1)
+    # two local layers (a bidirectional window of local_attention / 2 each side), a global one
+    assert family == "modernbert"
+    return transformers.ModernBertModel, transformers.ModernBertConfig(
+        **{**small, "num_hidden_layers": 3}, global_attn_every_n_layers=3,
+        local_attention=win["local_attention"], pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        cls_token_id=1, sep_token_id=2)
+
+
+FAMILIES = ("bert", "gpt2", "llama", "mistral", "modernbert", "qwen2")
+HAS_CUDA = torch.cuda.is_available()
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not HAS_CUDA, reason="torch sees no CUDA device"))]
 
 
 @pytest.fixture
@@ -55,18 +77,19 @@ def calls(monkeypatch):
     return n
 
 
-def pair(family, seed, **extra):
-    cls, config = FAMILIES[family]()
-    for k, v in extra.items():
-        setattr(config, k, v)
+def pair(family, seed, device="cpu", dtype=None):
+    """The family's tiny model under SDPA and under stof, same weights, on device (float16 on
+    CUDA unless dtype says otherwise)."""
+    cls, config = family_config(family, device)
+    dtype = dtype or (torch.float16 if device == "cuda" else torch.float32)
     torch.manual_seed(seed)
     sdpa = cls._from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
     ours = cls._from_config(copy.deepcopy(config), attn_implementation="stof").eval()
     ours.load_state_dict(sdpa.state_dict())
-    return sdpa, ours
+    return sdpa.to(device, dtype), ours.to(device, dtype)
 
 
-def batch(seed, B=3, L=40, left=False):
+def batch(seed, B=3, L=40, left=False, device="cpu"):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, 100, (B, L), generator=g)
     lengths = [L] + [int(x) for x in torch.randint(3, L, (B - 1,), generator=g)]
@@ -76,7 +99,7 @@ def batch(seed, B=3, L=40, left=False):
             am[b, L - n:] = 1
         else:
             am[b, :n] = 1
-    return ids, am
+    return ids.to(device), am.to(device)
 
 
 def run(model, ids, am, **kw):
@@ -85,15 +108,24 @@ def run(model, ids, am, **kw):
 
 
 def assert_real_close(got, want, am, tol=1e-4):
+    """Largest difference at real tokens <= tol on the CPU; on CUDA (float16 on both sides)
+    the relative error ||got - want|| / ||want|| over real tokens <= 1e-2 instead, where a
+    wrong mask or a padding leak moves it by far more."""
     real = am.bool()
-    err = (got[real] - want[real]).abs().max().item()
+    got, want = got[real].double(), want[real].double()
+    if got.is_cuda and tol:
+        err = ((got - want).norm() / want.norm()).item()
+        assert err <= 1e-2, f"relative error {err} at real tokens"
+        return
+    err = (got - want).abs().max().item()
     assert err <= tol, f"off by {err} at real tokens"
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_family_matches_sdpa(family, seed, calls):
-    sdpa, ours = pair(family, seed)
-    ids, am = batch(seed)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_matches_sdpa(family, device, seed, calls):
+    sdpa, ours = pair(family, seed, device)
+    ids, am = batch(seed, L=LENGTH[device], device=device)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="stof attention falls back")
         got = run(ours, ids, am)
@@ -103,6 +135,9 @@ def test_family_matches_sdpa(family, seed, calls):
     calls[0] = 0
     assert_real_close(run(ours, ids, None), run(sdpa, ids, None), torch.ones_like(am))
     assert calls[0] == layers
+    if device == "cuda" and family in ("llama", "mistral", "qwen2"):
+        # grouped-query attention reaches stof with its fewer K/V heads, not repeated
+        assert stof_hf._gqa_native is True
 
 
 def test_pattern_specs():
@@ -136,9 +171,34 @@ def test_own_mask_spec(seed, calls):
         run(ours, ids, left)
 
 
-def test_fallback_left_padding_warns_once(seed, calls):
-    sdpa, ours = pair("llama", seed)
-    ids, am = batch(seed, left=True)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", ["bert", "llama", "modernbert"])
+def test_window_global_spec(family, device, seed, calls):
+    """stof_mask="window:W,global:G" passed through every layer (replacing the family's own
+    causal or local pattern) against SDPA given the same mask as a dense boolean [B, 1, L, L]:
+    keys within W of the query, or among the first G tokens, or any key for the first G
+    queries; padding keys hidden."""
+    sdpa, ours = pair(family, seed, device)
+    L = LENGTH[device]
+    w, g = (5, 2) if device == "cpu" else (16, 4)
+    ids, am = batch(seed, L=L, device=device)
+    i = torch.arange(L, device=device)
+    near = (i[:, None] - i[None, :]).abs() <= w
+    glob = (i[:, None] < g) | (i[None, :] < g)
+    dense = (near | glob)[None, None] & am.bool()[:, None, None, :]
+    got = run(ours, ids, am, stof_mask=f"window:{w},global:{g}")
+    assert calls[0] == ours.config.num_hidden_layers
+    assert_real_close(got, run(sdpa, ids, dense), am)
+    # the mask matters at this length: without it the output is another one
+    full = run(ours, ids, am)
+    real = am.bool()
+    assert (full[real] - got[real]).abs().max().item() > 1e-2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fallback_left_padding_warns_once(device, seed, calls):
+    sdpa, ours = pair("llama", seed, device)
+    ids, am = batch(seed, L=LENGTH[device], left=True, device=device)
     stof_hf._warned.clear()
     with pytest.warns(UserWarning, match="falls back to SDPA"):
         got = run(ours, ids, am)
@@ -149,12 +209,14 @@ def test_fallback_left_padding_warns_once(seed, calls):
         run(ours, ids, am)  # the same reason again: no second warning
 
 
-def test_fallback_user_4d_mask(seed, calls):
-    sdpa, ours = pair("bert", seed)
-    ids, am = batch(seed)
+@pytest.mark.parametrize("device", DEVICES)
+def test_fallback_user_4d_mask(device, seed, calls):
+    sdpa, ours = pair("bert", seed, device)
+    ids, am = batch(seed, L=LENGTH[device], device=device)
+    L = ids.shape[1]
     g = torch.Generator().manual_seed(seed)
-    dense = torch.rand(ids.shape[0], 1, ids.shape[1], ids.shape[1], generator=g) < 0.7
-    dense |= torch.eye(ids.shape[1], dtype=torch.bool)
+    dense = torch.rand(ids.shape[0], 1, L, L, generator=g) < 0.7
+    dense = (dense | torch.eye(L, dtype=torch.bool)).to(device)
     stof_hf._warned.clear()
     with pytest.warns(UserWarning, match="falls back to SDPA"):
         got = run(ours, ids, dense)
@@ -162,11 +224,24 @@ def test_fallback_user_4d_mask(seed, calls):
     assert torch.equal(got, run(sdpa, ids, dense))
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="torch sees no CUDA device")
+def test_fallback_float32_on_cuda(seed, calls):
+    """stof's GPU kernels run float16/bfloat16: a float32 model on the GPU falls back, once."""
+    sdpa, ours = pair("bert", seed, "cuda", dtype=torch.float32)
+    ids, am = batch(seed, L=LENGTH["cuda"], device="cuda")
+    stof_hf._warned.clear()
+    with pytest.warns(UserWarning, match="float16/bfloat16"):
+        got = run(ours, ids, am)
+    assert calls[0] == 0
+    assert torch.equal(got, run(sdpa, ids, am))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_kv_cache_decode(family, seed, calls):
+def test_kv_cache_decode(family, device, seed, calls):
     """The prompt runs on stof; decoding steps (one query, a longer cache) fall back."""
-    sdpa, ours = pair(family, seed)
-    ids, _ = batch(seed, B=2, L=24)
+    sdpa, ours = pair(family, seed, device)
+    ids, _ = batch(seed, B=2, L=24, device=device)
     out = {}
     for name, m in (("sdpa", sdpa), ("stof", ours)):
         with torch.no_grad(), warnings.catch_warnings():
@@ -179,4 +254,26 @@ def test_kv_cache_decode(family, seed, calls):
                 states.append(step.last_hidden_state)
         out[name] = torch.cat(states, 1)
     assert calls[0] == 2
-    assert (out["stof"] - out["sdpa"]).abs().max().item() <= 1e-4
+    assert_real_close(out["stof"], out["sdpa"], torch.ones(out["stof"].shape[:2], device=device))
+
+
+def test_compare_hf_attention_cpu(tmp_path, seed):
+    """bench/compare_hf_attention.py's every step on the CPU (--tiny): each case ran all its
+    attention calls on stof and matched SDPA, and the JSON carries the issue's keys."""
+    bench = pytest.importorskip("compare_hf_attention")
+    out = tmp_path / "hf.json"
+    argv = ["--device", "cpu", "--tiny", "--families", "llama,modernbert", "--warmup", "1",
+            "--budget", "0.01", "--iters", "10", "--seed", str(seed % 10000), "--out", str(out)]
+    assert bench.main(argv) == 0
+    result = json.loads(out.read_text())
+    assert set(result) >= {"device", "date", "commit", "command", "cases", "summary"}
+    assert set(result["summary"]) >= {"min_long_masked_speedup", "min_speedup"}
+    cases = result["cases"]
+    assert [(c["family"], c["mask"]) for c in cases] == [
+        (f, m) for f in ("llama", "modernbert") for m in ("padded", "family",
+                                                           "window:16,global:4")]
+    for c in cases:
+        assert not c["failed"] and c["problems"] == [], c
+        assert c["stof_calls"] == c["layers"] and c["max_rel_err"] <= 1e-5
+        assert c["speedup"] > 0
+    assert result["summary"]["min_speedup"] == min(c["speedup"] for c in cases)

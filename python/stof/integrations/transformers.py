@@ -33,7 +33,11 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from . import torch_op as _torch_op  # registers torch.ops.stof.attention
 
 _SPEC_ATTR = "_stof_spec"  # the pattern a padding mask was made for, as a stof mask spec
+# its lengths: one tensor for every layer of a forward, so that stof's mask cache (keyed by
+# the lengths tensor) compiles the mask once per forward, not once per layer; None: no padding
+_LENGTHS_ATTR = "_stof_lengths"
 _warned = set()
+_GPU_HEAD_DIMS = (32, 64, 80, 96, 128, 256)  # src/attn/select.c's attn_head_dim_supported
 _gqa_native = None  # whether stof takes fewer K/V heads than query heads (probed once)
 
 
@@ -85,14 +89,15 @@ def stof_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
     spec = _pattern_spec(mask_function)
     simple = (isinstance(q_offset, int) and isinstance(kv_offset, int) and q_offset == 0 and
               kv_offset == 0 and q_length == kv_length)
-    pad = None
+    pad = lengths = None
     if spec is not None and simple:
         device = kwargs.get("device", "cpu")
         if attention_mask is None:
             pad = torch.ones(batch_size, kv_length, dtype=torch.bool, device=device)
         elif attention_mask.ndim == 2 and attention_mask.shape[1] >= kv_length:
             pad = attention_mask[:, -kv_length:].to(device=device, dtype=torch.bool)
-            prefix = torch.arange(kv_length, device=device)[None, :] < pad.sum(1, keepdim=True)
+            lengths = pad.sum(1, dtype=torch.int32)
+            prefix = torch.arange(kv_length, device=device)[None, :] < lengths[:, None]
             if not torch.equal(pad, prefix):
                 pad = None  # left padding or holes: not lengths
     if pad is None:
@@ -101,6 +106,7 @@ def stof_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
                                 mask_function=mask_function, attention_mask=attention_mask,
                                 **kwargs)
     setattr(pad, _SPEC_ATTR, spec)
+    setattr(pad, _LENGTHS_ATTR, lengths)
     return pad
 
 
@@ -127,9 +133,9 @@ def _unsupported(module, query, key, attention_mask, dropout, kwargs):
     if query.shape[1] % key.shape[1]:
         return "query heads are not a multiple of key/value heads"
     if query.is_cuda and (query.dtype not in (torch.float16, torch.bfloat16) or
-                          query.shape[-1] not in (32, 64, 128)):
-        return f"stof on the GPU runs float16/bfloat16 with head size 32, 64 or 128, not " \
-               f"{query.dtype} with {query.shape[-1]}"
+                          query.shape[-1] not in _GPU_HEAD_DIMS):
+        return f"stof on the GPU runs float16/bfloat16 with head size 32, 64, 80, 96, 128 or " \
+               f"256, not {query.dtype} with {query.shape[-1]}"
     return None
 
 
@@ -164,7 +170,7 @@ def stof_attention_forward(module, query, key, value, attention_mask, dropout=0.
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, is_causal=is_causal, **kwargs)
     spec = own or getattr(attention_mask, _SPEC_ATTR) or None
-    lengths = attention_mask.sum(1, dtype=torch.int32)
+    lengths = getattr(attention_mask, _LENGTHS_ATTR, None)
     groups = query.shape[1] // key.shape[1]
     if groups > 1 and not _kv_heads_native(query):
         key = key.repeat_interleave(groups, dim=1)
