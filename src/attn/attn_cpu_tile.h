@@ -5,6 +5,7 @@
  *     TV, TVI   float and int32 vectors of TW lanes
  *     TR        query rows per micro-kernel call
  *     TSFX      the suffix of the functions it defines
+ *     TEXP2     (optional) the set's own vector 2^x
  * (TW * TNV = FAST_CHUNK columns per call, TNV defined here); it undefines
  * them all at its end, ready for the next set. The
  * micro-kernel keeps a TR x FAST_CHUNK block of C in registers and streams
@@ -30,6 +31,10 @@ static inline __attribute__((always_inline)) TV TFN(vmax)(TV a, TV b)
     return TFN(vsel)(a > b, a, b);
 }
 
+/* TEXP2, when the includer defines it, is the set's own 2^x with the same
+ * contract as the one below. */
+#ifndef TEXP2
+#define TEXP2 TFN(vexp2)
 /* 2^x, rel. error ~2e-7: x = n + f with n = round(x), |f| <= 1/2, 2^f by
  * Cephes' exp2f polynomial, 2^n built in the exponent field. Inputs below
  * -127 (masked scores among them: -inf) give exactly 0; NaN stays NaN. */
@@ -52,6 +57,7 @@ static inline __attribute__((always_inline)) TV TFN(vexp2)(TV x)
     TVI e = (n + 127) << 23;
     return p * (TV)e;
 }
+#endif
 
 static inline __attribute__((always_inline)) float TFN(hmax)(TV x)
 {
@@ -152,7 +158,7 @@ static inline void TFN(softmax_row)(float *s, int cols, float *m, float *l, floa
     }
     TV sum = (TV){0};
     for (int j = 0; j < cols; j += TW) {
-        TV p = TFN(vexp2)(TLOAD(s + j) - m_new);
+        TV p = TEXP2(TLOAD(s + j) - m_new);
         TSTORE(s + j, p);
         sum += p;
     }
@@ -211,7 +217,12 @@ static void TFN(tile_row)(const fast_job *j, const fast_seq *q, int r, fast_scra
         }
         for (int i = vis; i < rr; i++)
             memset(w->s + (int64_t)i * lds, 0, (size_t)cols * sizeof(float));
-        TFN(gemm)(rr, dp, cols, w->s, lds, kv->v + (int64_t)c * tnp * dp, dp, w->o, dp, 1);
+        /* one key tile of V at a time: it stays in L1 across the row blocks */
+        const float *vt = kv->v + (int64_t)c * tnp * dp;
+        for (int k0 = 0; k0 < cols; k0 += tnp) {
+            int kn = cols - k0 < tnp ? cols - k0 : tnp;
+            TFN(gemm)(rr, dp, kn, w->s + k0, lds, vt + (int64_t)k0 * dp, dp, w->o, dp, 1);
+        }
     }
     fast_store_o(j, q, row0, rows, vis, w);
 }
@@ -221,6 +232,7 @@ static void TFN(tile_row)(const fast_job *j, const fast_seq *q, int r, fast_scra
 #undef TW
 #undef TR
 #undef TSFX
+#undef TEXP2
 #undef TNV
 #undef TFN
 #undef TFN_
