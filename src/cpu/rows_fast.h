@@ -11,7 +11,10 @@
 
 #include "core/act.h"
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+/* Not under ThreadSanitizer: a clone's resolver runs while the loader
+ * relocates, before the sanitizer's runtime is up, and its instrumented entry
+ * crashes there (scripts/sanitize_cpu.sh builds that way). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define ROWS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define ROWS_CLONES
