@@ -208,6 +208,9 @@ static inline __attribute__((always_inline)) v16f exp2_avx512(v16f x)
 #define TR 8
 #define TSFX avx512
 #define TEXP2 exp2_avx512
+#define TVMAX(a, b) ((v16f)_mm512_max_ps((__m512)(a), (__m512)(b)))
+#define THMAX(x) _mm512_reduce_max_ps((__m512)(x))
+#define THSUM(x) _mm512_reduce_add_ps((__m512)(x))
 #include "attn/attn_cpu_tile.h"
 #pragma GCC pop_options
 #endif

@@ -5,7 +5,8 @@
  *     TV, TVI   float and int32 vectors of TW lanes
  *     TR        query rows per micro-kernel call
  *     TSFX      the suffix of the functions it defines
- *     TEXP2     (optional) the set's own vector 2^x
+ *     TEXP2, TVMAX, THMAX, THSUM   (optional) the set's own 2^x, max,
+ *               lane max and lane sum
  * (TW * TNV = FAST_CHUNK columns per call, TNV defined here); it undefines
  * them all at its end, ready for the next set. The
  * micro-kernel keeps a TR x FAST_CHUNK block of C in registers and streams
@@ -26,10 +27,14 @@ static inline __attribute__((always_inline)) TV TFN(vsel)(TVI keep, TV a, TV b)
     return (TV)(((TVI)a & keep) | ((TVI)b & ~keep));
 }
 
+/* max(a, b), b when either is NaN (as maxps); TVMAX replaces it when defined. */
+#ifndef TVMAX
+#define TVMAX TFN(vmax)
 static inline __attribute__((always_inline)) TV TFN(vmax)(TV a, TV b)
 {
     return TFN(vsel)(a > b, a, b);
 }
+#endif
 
 /* TEXP2, when the includer defines it, is the set's own 2^x with the same
  * contract as the one below. */
@@ -59,6 +64,10 @@ static inline __attribute__((always_inline)) TV TFN(vexp2)(TV x)
 }
 #endif
 
+/* Lane max and lane sum; THMAX and THSUM replace them when defined. */
+#ifndef THMAX
+#define THMAX TFN(hmax)
+#define THSUM TFN(hsum)
 static inline __attribute__((always_inline)) float TFN(hmax)(TV x)
 {
     float lanes[TW], m;
@@ -77,6 +86,7 @@ static inline __attribute__((always_inline)) float TFN(hsum)(TV x)
         s += lanes[k];
     return s;
 }
+#endif
 
 /* C[TR, FAST_CHUNK] (+)= A[TR, K] B[K, FAST_CHUNK]; B and C rows aligned. */
 static inline __attribute__((always_inline)) void TFN(micro)(int K, const float *A, int64_t lda,
@@ -149,8 +159,8 @@ static inline void TFN(softmax_row)(float *s, int cols, float *m, float *l, floa
 {
     TV mx = (TV){0} - INFINITY;
     for (int j = 0; j < cols; j += TW)
-        mx = TFN(vmax)(mx, TLOAD(s + j));
-    float row_max = TFN(hmax)(mx);
+        mx = TVMAX(mx, TLOAD(s + j));
+    float row_max = THMAX(mx);
     float m_new = row_max > *m ? row_max : *m;
     if (m_new == -INFINITY) {
         memset(s, 0, (size_t)cols * sizeof(float));
@@ -166,7 +176,7 @@ static inline void TFN(softmax_row)(float *s, int cols, float *m, float *l, floa
     if (alpha != 1.0f)
         for (int d = 0; d < dp; d += TW)
             TSTORE(o + d, TLOAD(o + d) * alpha);
-    *l = *l * alpha + TFN(hsum)(sum);
+    *l = *l * alpha + THSUM(sum);
     *m = m_new;
 }
 
@@ -233,6 +243,9 @@ static void TFN(tile_row)(const fast_job *j, const fast_seq *q, int r, fast_scra
 #undef TR
 #undef TSFX
 #undef TEXP2
+#undef TVMAX
+#undef THMAX
+#undef THSUM
 #undef TNV
 #undef TFN
 #undef TFN_
