@@ -99,6 +99,9 @@ static inline __attribute__((always_inline)) void TFN(micro)(int K, const float 
 #pragma GCC unroll 16
         for (int v = 0; v < TNV; v++)
             c[r][v] = accumulate ? TLOAD(C + r * ldc + v * TW) : (TV){0};
+    /* unrolled: the loop's own compare and branch cost about as much as
+     * the FMAs' spare issue slots (measured ~3% on dense, ~5% on causal) */
+#pragma GCC unroll 4
     for (int k = 0; k < K; k++) {
         TV b[TNV];
 #pragma GCC unroll 16
@@ -227,12 +230,7 @@ static void TFN(tile_row)(const fast_job *j, const fast_seq *q, int r, fast_scra
         }
         for (int i = vis; i < rr; i++)
             memset(w->s + (int64_t)i * lds, 0, (size_t)cols * sizeof(float));
-        /* one key tile of V at a time: it stays in L1 across the row blocks */
-        const float *vt = kv->v + (int64_t)c * tnp * dp;
-        for (int k0 = 0; k0 < cols; k0 += tnp) {
-            int kn = cols - k0 < tnp ? cols - k0 : tnp;
-            TFN(gemm)(rr, dp, kn, w->s + k0, lds, vt + (int64_t)k0 * dp, dp, w->o, dp, 1);
-        }
+        TFN(gemm)(rr, dp, cols, w->s, lds, kv->v + (int64_t)c * tnp * dp, dp, w->o, dp, 1);
     }
     fast_store_o(j, q, row0, rows, vis, w);
 }
