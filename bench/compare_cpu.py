@@ -23,7 +23,9 @@ Cases:
 Timing: wall clock (time.perf_counter) of one whole call (a whole encode of every
 text, or one attention call), one warm-up call, then --repeats calls alternating
 between the two sides; the figure is the median, and the JSON keeps every run so
-the spread shows. vs_torch = torch median / stof median (> 1: stof is faster). A
+the spread shows. vs_torch = torch median / stof median (> 1: stof is faster);
+vs_torch_cpu_time is the same ratio of the process's CPU-time medians, which
+other processes on a shared machine disturb far less than wall time. A
 case whose check fails, or where a side did not run, is left out of the summary.
 
 The machine may be shared: the JSON records `uptime`'s load averages before and
@@ -84,26 +86,32 @@ def sentences(n, lo, hi, seed):
 
 
 def timed_pair(run_stof, run_torch, repeats):
-    """Warm-up each, then `repeats` runs alternating; lists of seconds."""
+    """Warm-up each, then `repeats` runs alternating; lists of wall seconds and of
+    the process's CPU seconds (all its threads) per run."""
     run_stof()
     run_torch()
-    ts, tt = [], []
+    ts, tt, cs, ct = [], [], [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        run_stof()
-        ts.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        run_torch()
-        tt.append(time.perf_counter() - t0)
-    return ts, tt
+        for run, wall, cpu in ((run_stof, ts, cs), (run_torch, tt, ct)):
+            c0, t0 = time.process_time(), time.perf_counter()
+            run()
+            wall.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+    return ts, tt, cs, ct
 
 
-def finish_case(case, ts, tt):
+def finish_case(case, ts, tt, cs, ct):
+    """Medians of wall time decide vs_torch. The CPU-time medians show how a
+    run on a shared machine was disturbed: CPU time barely moves when other
+    processes take the cores, wall time does."""
     case["stof_s"] = statistics.median(ts)
     case["torch_s"] = statistics.median(tt)
     case["stof_runs"] = [round(x, 5) for x in ts]
     case["torch_runs"] = [round(x, 5) for x in tt]
     case["vs_torch"] = case["torch_s"] / case["stof_s"]
+    case["stof_cpu_s"] = statistics.median(cs)
+    case["torch_cpu_s"] = statistics.median(ct)
+    case["vs_torch_cpu_time"] = case["torch_cpu_s"] / case["stof_cpu_s"]
     return case
 
 
@@ -129,8 +137,7 @@ def model_case(name, texts, max_length, args, stof, st_model, problems_of):
     case["check_ok"] = bool(cos.min() >= 1.0 - 1e-5)
     if not case["check_ok"]:
         case["problems"].append(f"embeddings differ: min cosine {cos.min():.7f}")
-    ts, tt = timed_pair(run_stof, run_torch, args.repeats)
-    return finish_case(case, ts, tt)
+    return finish_case(case, *timed_pair(run_stof, run_torch, args.repeats))
 
 
 def attention_case(mask_name, shape, args, stof, torch):
@@ -163,8 +170,7 @@ def attention_case(mask_name, shape, args, stof, torch):
     case["check_ok"] = err <= 1e-4
     if not case["check_ok"]:
         case["problems"].append(f"outputs differ: max abs diff {err:.3g}")
-    ts, tt = timed_pair(run_stof, run_torch, args.repeats)
-    return finish_case(case, ts, tt)
+    return finish_case(case, *timed_pair(run_stof, run_torch, args.repeats))
 
 
 def main():
@@ -207,10 +213,10 @@ def main():
               "threads": args.threads, "torch": torch.__version__,
               "load_average_before": load_before, "load_average_after": load_average(),
               "cases": cases, "summary": summary}
-    print(f"{'case':24} {'stof s':>9} {'torch s':>9} {'vs torch':>9}  check")
+    print(f"{'case':24} {'stof s':>9} {'torch s':>9} {'vs torch':>9} {'(cpu time)':>10}  check")
     for c in cases:
-        print(f"{c['name']:24} {c['stof_s']:9.4f} {c['torch_s']:9.4f} {c['vs_torch']:9.2f}  "
-              f"{'ok' if c['check_ok'] else 'FAIL'} {c['check']}")
+        print(f"{c['name']:24} {c['stof_s']:9.4f} {c['torch_s']:9.4f} {c['vs_torch']:9.2f} "
+              f"{c['vs_torch_cpu_time']:10.2f}  {'ok' if c['check_ok'] else 'FAIL'} {c['check']}")
     print("summary:", json.dumps(summary))
     if args.out:
         with open(args.out, "w") as f:

@@ -4,7 +4,8 @@
  * activations over a wide range, bias +
  * activation epilogues and the fast linear, LayerNorm with and without
  * residual (in place too, and with a large offset), embeddings and mean
- * pooling; row counts and widths that leave tails, thread counts 1 to 5,
+ * pooling, and the decoder families' RMSNorm, GLU, RoPE (partial rotation,
+ * llama3 scaling) and residual add; row counts and widths that leave tails, thread counts 1 to 5,
  * outputs poisoned first.
  */
 #include "cpu/cpu_fast.h"
@@ -161,6 +162,100 @@ static void test_mean_pool(int threads)
     free(lens), free(cu), free(x), free(out), free(ref);
 }
 
+/* RMSNorm with and without residual and weight, out of place and in place. */
+static void test_rmsnorm(int threads)
+{
+    const int64_t widths[] = {1, 7, 16, 33, 1000, 2051};
+    for (int wi = 0; wi < 6; wi++) {
+        int64_t rows = test_rng_int(&rng, 1, 70), cols = widths[wi], n = rows * cols;
+        float *x = alloc_f(n), *res = alloc_f(n), *w = alloc_f(cols), *out = alloc_f(n),
+              *ref = alloc_f(n);
+        test_fill_uniform(&rng, x, n, -4.0f, 4.0f);
+        test_fill_uniform(&rng, res, n, -2.0f, 2.0f);
+        test_fill_uniform(&rng, w, cols, -2.0f, 2.0f);
+        for (int variant = 0; variant < 4; variant++) {
+            const float *r = variant & 1 ? res : NULL, *g = variant & 2 ? w : NULL;
+            cpu_rmsnorm(x, r, g, ref, rows, cols, 1e-6f);
+            test_poison_f32(out, n);
+            cpu_rmsnorm_fast(threads, x, r, g, out, rows, cols, 1e-6f);
+            CHECK(misses(out, ref, n, 2e-6, "rmsnorm") == 0,
+                  "rmsnorm %lldx%lld residual %d weight %d, %d threads", (long long)rows,
+                  (long long)cols, variant & 1, variant >> 1, threads);
+            memcpy(out, x, (size_t)n * sizeof(float)); /* in place: y is x */
+            cpu_rmsnorm_fast(threads, out, r, g, out, rows, cols, 1e-6f);
+            CHECK(misses(out, ref, n, 2e-6, "rmsnorm in place") == 0,
+                  "rmsnorm in place %lldx%lld variant %d, %d threads", (long long)rows,
+                  (long long)cols, variant, threads);
+        }
+        free(x), free(res), free(w), free(out), free(ref);
+    }
+}
+
+static void test_glu(int threads)
+{
+    const stof_act acts[] = {ACT_SILU, ACT_GELU, ACT_GELU_TANH, ACT_RELU};
+    for (int a = 0; a < 4; a++) {
+        int64_t rows = test_rng_int(&rng, 1, 60), inter = test_rng_int(&rng, 1, 700);
+        float *x = alloc_f(rows * 2 * inter), *out = alloc_f(rows * inter),
+              *ref = alloc_f(rows * inter);
+        test_fill_uniform(&rng, x, rows * 2 * inter, -8.0f, 8.0f);
+        test_poison_f32(out, rows * inter);
+        cpu_glu_fast(threads, x, out, rows, inter, acts[a]);
+        cpu_glu(x, ref, rows, inter, acts[a]);
+        CHECK(misses(out, ref, rows * inter, 1e-5, "glu") == 0, "glu act %d %lldx%lld, %d threads",
+              (int)acts[a], (long long)rows, (long long)inter, threads);
+        free(x), free(out), free(ref);
+    }
+}
+
+/* RoPE over q and k heads side by side in rows wider than them (a fused QKV
+ * row), partial rotation included; the untouched columns must stay as they were. */
+static void test_rope(int threads)
+{
+    for (int rep = 0; rep < 4; rep++) {
+        int64_t T = test_rng_int(&rng, 1, 90);
+        int heads = (int)test_rng_int(&rng, 1, 9), D = 2 * (int)test_rng_int(&rng, 1, 70);
+        int rot = rep == 0 ? D : 2 * (int)test_rng_int(&rng, 1, D / 2);
+        int64_t stride = (int64_t)heads * D + test_rng_int(&rng, 0, 40), n = T * stride;
+        float *x = alloc_f(n), *ref = alloc_f(n), inv[512];
+        int32_t *pos = malloc((size_t)T * sizeof(int32_t));
+        for (int64_t t = 0; t < T; t++)
+            pos[t] = (int32_t)test_rng_int(&rng, 0, 8191);
+        cpu_rope_freqs(rep == 3 ? 500000.0f : 10000.0f, rot, rep == 3 ? 2 : 0, 8.0f, 1.0f, 4.0f,
+                       8192, inv);
+        test_fill_uniform(&rng, x, n, -3.0f, 3.0f);
+        memcpy(ref, x, (size_t)n * sizeof(float));
+        cpu_rope(ref, T, heads, D, stride, pos, inv, rot);
+        cpu_rope_fast(threads, x, T, heads, D, stride, pos, inv, rot);
+        CHECK(misses(x, ref, n, 2e-6, "rope") == 0, "rope T %lld heads %d D %d rot %d, %d threads",
+              (long long)T, heads, D, rot, threads);
+        free(x), free(ref), free(pos);
+    }
+}
+
+static void test_add(int threads)
+{
+    const int64_t sizes[] = {1, 17, 16384, 50001};
+    for (int i = 0; i < 4; i++) {
+        int64_t n = sizes[i];
+        float *a = alloc_f(n), *b = alloc_f(n), *out = alloc_f(n);
+        test_fill_uniform(&rng, a, n, -3.0f, 3.0f);
+        test_fill_uniform(&rng, b, n, -3.0f, 3.0f);
+        test_poison_f32(out, n);
+        cpu_add_fast(threads, a, b, out, n);
+        int64_t bad = 0;
+        for (int64_t k = 0; k < n; k++)
+            bad += out[k] != a[k] + b[k];
+        CHECK(bad == 0, "add n %lld: %lld elements differ, %d threads", (long long)n,
+              (long long)bad, threads);
+        cpu_add_fast(threads, a, b, a, n); /* in place */
+        for (int64_t k = 0; k < n; k++)
+            bad += a[k] != out[k];
+        CHECK(bad == 0, "add in place n %lld, %d threads", (long long)n, threads);
+        free(a), free(b), free(out);
+    }
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed());
@@ -170,6 +265,10 @@ int main(void)
         test_layernorm(threads);
         test_embeddings(threads);
         test_mean_pool(threads);
+        test_rmsnorm(threads);
+        test_glu(threads);
+        test_rope(threads);
+        test_add(threads);
     }
     return test_finish("test_cpu_fast");
 }

@@ -182,11 +182,35 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 #pragma GCC target("avx512f,avx2,fma")
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
+#include <immintrin.h>
+/* 2^x as the generic one, in fewer instructions: x = n + f with n rounded to
+ * nearest, 2^f by the same polynomial, 2^n applied by scalef. Inputs below
+ * -126 (masked scores: -inf) give exactly 0, not a slow denormal; NaN
+ * stays NaN (the unordered compare keeps it). */
+static inline __attribute__((always_inline)) v16f exp2_avx512(v16f x)
+{
+    __m512 xv = (__m512)x;
+    __m512 n = _mm512_roundscale_ps(xv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(xv, n);
+    __m512 p = _mm512_fmadd_ps(f, _mm512_set1_ps(1.535336188319500e-4f),
+                               _mm512_set1_ps(1.339887440266574e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __mmask16 live = _mm512_cmp_ps_mask(xv, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
+    return (v16f)_mm512_maskz_scalef_ps(live, p, n);
+}
 #define TV v16f
 #define TVI v16i
 #define TW 16
 #define TR 8
 #define TSFX avx512
+#define TEXP2 exp2_avx512
+#define TVMAX(a, b) ((v16f)_mm512_max_ps((__m512)(a), (__m512)(b)))
+#define THMAX(x) _mm512_reduce_max_ps((__m512)(x))
+#define THSUM(x) _mm512_reduce_add_ps((__m512)(x))
 #include "attn/attn_cpu_tile.h"
 #pragma GCC pop_options
 #endif

@@ -5,6 +5,8 @@
  *     TV, TVI   float and int32 vectors of TW lanes
  *     TR        query rows per micro-kernel call
  *     TSFX      the suffix of the functions it defines
+ *     TEXP2, TVMAX, THMAX, THSUM   (optional) the set's own 2^x, max,
+ *               lane max and lane sum
  * (TW * TNV = FAST_CHUNK columns per call, TNV defined here); it undefines
  * them all at its end, ready for the next set. The
  * micro-kernel keeps a TR x FAST_CHUNK block of C in registers and streams
@@ -25,11 +27,19 @@ static inline __attribute__((always_inline)) TV TFN(vsel)(TVI keep, TV a, TV b)
     return (TV)(((TVI)a & keep) | ((TVI)b & ~keep));
 }
 
+/* max(a, b), b when either is NaN (as maxps); TVMAX replaces it when defined. */
+#ifndef TVMAX
+#define TVMAX TFN(vmax)
 static inline __attribute__((always_inline)) TV TFN(vmax)(TV a, TV b)
 {
     return TFN(vsel)(a > b, a, b);
 }
+#endif
 
+/* TEXP2, when the includer defines it, is the set's own 2^x with the same
+ * contract as the one below. */
+#ifndef TEXP2
+#define TEXP2 TFN(vexp2)
 /* 2^x, rel. error ~2e-7: x = n + f with n = round(x), |f| <= 1/2, 2^f by
  * Cephes' exp2f polynomial, 2^n built in the exponent field. Inputs below
  * -127 (masked scores among them: -inf) give exactly 0; NaN stays NaN. */
@@ -52,7 +62,12 @@ static inline __attribute__((always_inline)) TV TFN(vexp2)(TV x)
     TVI e = (n + 127) << 23;
     return p * (TV)e;
 }
+#endif
 
+/* Lane max and lane sum; THMAX and THSUM replace them when defined. */
+#ifndef THMAX
+#define THMAX TFN(hmax)
+#define THSUM TFN(hsum)
 static inline __attribute__((always_inline)) float TFN(hmax)(TV x)
 {
     float lanes[TW], m;
@@ -71,6 +86,7 @@ static inline __attribute__((always_inline)) float TFN(hsum)(TV x)
         s += lanes[k];
     return s;
 }
+#endif
 
 /* C[TR, FAST_CHUNK] (+)= A[TR, K] B[K, FAST_CHUNK]; B and C rows aligned. */
 static inline __attribute__((always_inline)) void TFN(micro)(int K, const float *A, int64_t lda,
@@ -83,6 +99,7 @@ static inline __attribute__((always_inline)) void TFN(micro)(int K, const float 
 #pragma GCC unroll 16
         for (int v = 0; v < TNV; v++)
             c[r][v] = accumulate ? TLOAD(C + r * ldc + v * TW) : (TV){0};
+#pragma GCC unroll 4 /* the loop's compare and branch cost ~3-5% when not unrolled */
     for (int k = 0; k < K; k++) {
         TV b[TNV];
 #pragma GCC unroll 16
@@ -143,8 +160,8 @@ static inline void TFN(softmax_row)(float *s, int cols, float *m, float *l, floa
 {
     TV mx = (TV){0} - INFINITY;
     for (int j = 0; j < cols; j += TW)
-        mx = TFN(vmax)(mx, TLOAD(s + j));
-    float row_max = TFN(hmax)(mx);
+        mx = TVMAX(mx, TLOAD(s + j));
+    float row_max = THMAX(mx);
     float m_new = row_max > *m ? row_max : *m;
     if (m_new == -INFINITY) {
         memset(s, 0, (size_t)cols * sizeof(float));
@@ -152,7 +169,7 @@ static inline void TFN(softmax_row)(float *s, int cols, float *m, float *l, floa
     }
     TV sum = (TV){0};
     for (int j = 0; j < cols; j += TW) {
-        TV p = TFN(vexp2)(TLOAD(s + j) - m_new);
+        TV p = TEXP2(TLOAD(s + j) - m_new);
         TSTORE(s + j, p);
         sum += p;
     }
@@ -160,7 +177,7 @@ static inline void TFN(softmax_row)(float *s, int cols, float *m, float *l, floa
     if (alpha != 1.0f)
         for (int d = 0; d < dp; d += TW)
             TSTORE(o + d, TLOAD(o + d) * alpha);
-    *l = *l * alpha + TFN(hsum)(sum);
+    *l = *l * alpha + THSUM(sum);
     *m = m_new;
 }
 
@@ -221,6 +238,10 @@ static void TFN(tile_row)(const fast_job *j, const fast_seq *q, int r, fast_scra
 #undef TW
 #undef TR
 #undef TSFX
+#undef TEXP2
+#undef TVMAX
+#undef THMAX
+#undef THSUM
 #undef TNV
 #undef TFN
 #undef TFN_

@@ -42,6 +42,26 @@ void cpu_embeddings_fast(int threads, const int32_t *ids, const int32_t *positio
 void cpu_mean_pool_fast(int threads, const float *packed, const int32_t *cu_seqlens, int64_t B,
                         int64_t W, float *out);
 
+/* The decoder and ModernBERT families' row ops (decoder_fast.c). */
+
+/* cpu_rmsnorm with fp32 statistics; y may alias x or residual. */
+void cpu_rmsnorm_fast(int threads, const float *x, const float *residual, const float *w, float *y,
+                      int64_t rows, int64_t cols, float eps);
+
+/* cpu_glu, the activation by polynomial as cpu_activation_fast; y must not
+ * overlap x (rows run in parallel). */
+void cpu_glu_fast(int threads, const float *x, float *y, int64_t rows, int64_t inter, stof_act act);
+
+/* cpu_rope with cos and sin taken once per token and frequency for all of
+ * the token's `heads` heads (pass q's and k's together when they are
+ * adjacent in a row, as in a fused QKV row). */
+void cpu_rope_fast(int threads, float *x, int64_t tokens, int heads, int head_dim,
+                   int64_t row_stride, const int32_t *positions, const float *inv_freq,
+                   int rot_dim);
+
+/* cpu_add: y = a + b over n elements; y may alias a or b. */
+void cpu_add_fast(int threads, const float *a, const float *b, float *y, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

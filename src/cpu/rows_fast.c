@@ -12,6 +12,7 @@
 #include "cpu/cpu_fast.h"
 #include "cpu/cpu_ref.h"
 #include "cpu/pool.h"
+#include "cpu/rows_fast.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -20,15 +21,6 @@
 #include <string.h>
 
 #pragma GCC optimize("fp-contract=fast")
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define ROWS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define ROWS_CLONES
-#endif
-
-/* Elements per pool item: enough to pay for handing it out. */
-enum { ROWS_GRAIN = 16384 };
 
 /* ---------------------------------------------------------------- elementwise math */
 
@@ -84,7 +76,7 @@ static inline __attribute__((always_inline)) float silu_fast(float x)
     return x / (1.0f + exp_poly(-x));
 }
 
-ROWS_CLONES static void bias_act_row(float *y, const float *bias, int64_t n, stof_act act)
+ROWS_CLONES void cpu_bias_act_row(float *y, const float *bias, int64_t n, stof_act act)
 {
     if (bias)
         for (int64_t i = 0; i < n; i++)
@@ -112,12 +104,7 @@ ROWS_CLONES static void bias_act_row(float *y, const float *bias, int64_t n, sto
 
 /* ---------------------------------------------------------------- rows on the pool */
 
-/* Rows [first, first + count) of a job of `rows` rows split into items. */
-typedef struct row_split {
-    int64_t rows, per_item;
-} row_split;
-
-static row_split split_rows(int threads, int64_t rows, int64_t cols)
+row_split cpu_rows_split(int threads, int64_t rows, int64_t cols)
 {
     row_split s = {rows, rows};
     int64_t grain = cols > 0 ? (ROWS_GRAIN + cols - 1) / cols : rows;
@@ -128,12 +115,12 @@ static row_split split_rows(int threads, int64_t rows, int64_t cols)
     return s;
 }
 
-static int64_t split_items(const row_split *s)
+int64_t cpu_rows_split_items(const row_split *s)
 {
     return (s->rows + s->per_item - 1) / s->per_item;
 }
 
-static void item_rows(const row_split *s, int64_t item, int64_t *first, int64_t *count)
+void cpu_rows_split_item(const row_split *s, int64_t item, int64_t *first, int64_t *count)
 {
     *first = item * s->per_item;
     *count = s->rows - *first < s->per_item ? s->rows - *first : s->per_item;
@@ -151,17 +138,17 @@ static void bias_act_item(void *arg, int64_t item, int worker)
 {
     const bias_act_job *j = arg;
     int64_t r0, n;
-    item_rows(&j->split, item, &r0, &n);
+    cpu_rows_split_item(&j->split, item, &r0, &n);
     for (int64_t r = r0; r < r0 + n; r++)
-        bias_act_row(j->y + r * j->cols, j->bias, j->cols, j->act);
+        cpu_bias_act_row(j->y + r * j->cols, j->bias, j->cols, j->act);
 }
 
 void cpu_bias_act_fast(int threads, float *y, const float *bias, int64_t rows, int64_t cols,
                        stof_act act)
 {
     if (rows <= 0 || cols <= 0 || (!bias && act == ACT_NONE)) return;
-    bias_act_job j = {split_rows(threads, rows, cols), y, bias, cols, act};
-    cpu_pool_for(threads, split_items(&j.split), bias_act_item, &j);
+    bias_act_job j = {cpu_rows_split(threads, rows, cols), y, bias, cols, act};
+    cpu_pool_for(threads, cpu_rows_split_items(&j.split), bias_act_item, &j);
 }
 
 void cpu_activation_fast(int threads, float *x, int64_t n, stof_act act)
@@ -170,7 +157,7 @@ void cpu_activation_fast(int threads, float *x, int64_t n, stof_act act)
     int64_t full = n / ROWS_GRAIN;
     cpu_bias_act_fast(threads, x, NULL, full, ROWS_GRAIN, act);
     if (n > full * ROWS_GRAIN)
-        bias_act_row(x + full * ROWS_GRAIN, NULL, n - full * ROWS_GRAIN, act);
+        cpu_bias_act_row(x + full * ROWS_GRAIN, NULL, n - full * ROWS_GRAIN, act);
 }
 
 /* One slice of a linear: rows [first, first + count) of y, or its columns
@@ -194,13 +181,14 @@ static void linear_item(void *arg, int64_t item, int worker)
                     (blasint)j->k, 1.0f, j->x + first * j->k, (blasint)j->k, j->w, (blasint)j->k,
                     0.0f, j->y + first * j->n, (blasint)j->n);
         for (int64_t r = first; r < first + count; r++)
-            bias_act_row(j->y + r * j->n, j->bias, j->n, j->act);
+            cpu_bias_act_row(j->y + r * j->n, j->bias, j->n, j->act);
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)j->m, (blasint)count,
                     (blasint)j->k, 1.0f, j->x, (blasint)j->k, j->w + first * j->k, (blasint)j->k,
                     0.0f, j->y + first, (blasint)j->n);
         for (int64_t r = 0; r < j->m; r++)
-            bias_act_row(j->y + r * j->n + first, j->bias ? j->bias + first : NULL, count, j->act);
+            cpu_bias_act_row(j->y + r * j->n + first, j->bias ? j->bias + first : NULL, count,
+                             j->act);
     }
 }
 
@@ -324,7 +312,7 @@ static void layernorm_item(void *arg, int64_t item, int worker)
 {
     const layernorm_job *j = arg;
     int64_t r0, n;
-    item_rows(&j->split, item, &r0, &n);
+    cpu_rows_split_item(&j->split, item, &r0, &n);
     layernorm_rows(j, r0, n);
 }
 
@@ -332,8 +320,8 @@ void cpu_layernorm_fast(int threads, const float *x, const float *residual, cons
                         const float *beta, float *y, int64_t rows, int64_t cols, float eps)
 {
     if (rows <= 0 || cols <= 0) return;
-    layernorm_job j = {split_rows(threads, rows, cols), x, residual, gamma, beta, y, cols, eps};
-    cpu_pool_for(threads, split_items(&j.split), layernorm_item, &j);
+    layernorm_job j = {cpu_rows_split(threads, rows, cols), x, residual, gamma, beta, y, cols, eps};
+    cpu_pool_for(threads, cpu_rows_split_items(&j.split), layernorm_item, &j);
 }
 
 /* ---------------------------------------------------------------- embeddings */
@@ -356,7 +344,7 @@ static void embed_item(void *arg, int64_t item, int worker)
 {
     const embed_job *j = arg;
     int64_t H = j->ln.cols, t0, n;
-    item_rows(&j->split, item, &t0, &n);
+    cpu_rows_split_item(&j->split, item, &t0, &n);
     for (int64_t t = t0; t < t0 + n; t++)
         embed_sum(j->word + (int64_t)j->ids[t] * H,
                   j->type + (int64_t)(j->types ? j->types[t] : 0) * H,
@@ -370,7 +358,7 @@ void cpu_embeddings_fast(int threads, const int32_t *ids, const int32_t *positio
                          float eps, float *out)
 {
     if (T <= 0 || hidden <= 0) return;
-    embed_job j = {split_rows(threads, T, hidden),
+    embed_job j = {cpu_rows_split(threads, T, hidden),
                    ids,
                    positions,
                    types,
@@ -378,7 +366,7 @@ void cpu_embeddings_fast(int threads, const int32_t *ids, const int32_t *positio
                    pos,
                    type,
                    {{T, T}, out, NULL, gamma, beta, out, hidden, eps}};
-    cpu_pool_for(threads, split_items(&j.split), embed_item, &j);
+    cpu_pool_for(threads, cpu_rows_split_items(&j.split), embed_item, &j);
 }
 
 /* ---------------------------------------------------------------- mean pooling */

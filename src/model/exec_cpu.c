@@ -11,13 +11,14 @@
  * each layer intersects them with its own mask kind (causal, windows).
  *
  * Fast path (the default; STOF_CPU_REFERENCE=1 turns it off, for the tests
- * that check the GPU against this oracle): linears, LayerNorm, embeddings
- * and pooling run the fast row ops (src/cpu/cpu_fast.h) on the context's
- * cpu_threads, and attention walks a tile mask compiled once per forward per
- * layer kind (attn_cpu_fast_rows), so neither its time nor its memory grows
- * with L x L. Its masks are the user's spec within the layer kind's band
- * (desc_layer_mask_spec, as the GPU engine compiles them); the reference
- * intersects element by element on its own, so it stays the oracle of both.
+ * that check the GPU against this oracle): linears, LayerNorm, RMSNorm, GLU,
+ * RoPE, residual adds, embeddings and pooling run the fast row ops
+ * (src/cpu/cpu_fast.h) on the context's cpu_threads, and attention walks a
+ * tile mask compiled once per forward per layer kind (attn_cpu_fast_rows), so
+ * neither its time nor its memory grows with L x L. Its masks are the user's
+ * spec within the layer kind's band (desc_layer_mask_spec, as the GPU engine
+ * compiles them); the reference intersects element by element on its own, so
+ * it stays the oracle of both.
  */
 #include "model/encoder.h"
 
@@ -370,6 +371,15 @@ static void attention_all(const layer_desc *l, const enc_request *r, const seq_m
     }
 }
 
+/* y = a + b over n elements (the residual add); y may alias a or b. */
+static void add_rows(const exec_cpu_ws *ws, const float *a, const float *b, float *y, int64_t n)
+{
+    if (ws->fast)
+        cpu_add_fast(ws->threads, a, b, y, n);
+    else
+        cpu_add(a, b, y, n);
+}
+
 /* y = norm(x (+ residual)); NORM_NONE copies (or adds). y may alias x or residual. */
 static void apply_norm(const exec_cpu_ws *ws, desc_norm kind, const float *x, const float *residual,
                        const void *w, const void *b, float *y, int64_t rows, int64_t cols,
@@ -379,10 +389,12 @@ static void apply_norm(const exec_cpu_ws *ws, desc_norm kind, const float *x, co
         cpu_layernorm_fast(ws->threads, x, residual, w, b, y, rows, cols, eps);
     } else if (kind == NORM_LAYER) {
         cpu_layernorm(x, residual, w, b, y, rows, cols, eps);
+    } else if (kind == NORM_RMS && ws->fast) {
+        cpu_rmsnorm_fast(ws->threads, x, residual, w, y, rows, cols, eps);
     } else if (kind == NORM_RMS) {
         cpu_rmsnorm(x, residual, w, y, rows, cols, eps);
     } else if (residual) {
-        cpu_add(x, residual, y, rows * cols);
+        add_rows(ws, x, residual, y, rows * cols);
     } else if (y != x) {
         memcpy(y, x, (size_t)(rows * cols) * sizeof(float));
     }
@@ -396,6 +408,11 @@ static void rope_qk(const layer_desc *l, int64_t T, exec_cpu_ws *ws)
     cpu_rope_freqs(p->theta, p->rot_dim, (int)p->scaling, p->factor, p->low_freq_factor,
                    p->high_freq_factor, p->original_max_positions, ws->inv_freq);
     int64_t width = (int64_t)(l->heads + 2 * l->kv_heads) * l->head_dim;
+    if (ws->fast) { /* q's heads and then k's lie side by side in a row */
+        cpu_rope_fast(ws->threads, ws->qkv, T, l->heads + l->kv_heads, l->head_dim, width, ws->pos,
+                      ws->inv_freq, p->rot_dim);
+        return;
+    }
     cpu_rope(ws->qkv, T, l->heads, l->head_dim, width, ws->pos, ws->inv_freq, p->rot_dim);
     cpu_rope(ws->qkv + (int64_t)l->heads * l->head_dim, T, l->kv_heads, l->head_dim, width,
              ws->pos, ws->inv_freq, p->rot_dim);
@@ -412,7 +429,10 @@ static void mlp(const layer_desc *l, const layer_weights *lw, const float *in, f
         return;
     }
     linear(ws, in, lw->mlp_in, lw->mlp_in_b, ws->inter, T, 2 * I, H, ACT_NONE);
-    cpu_glu(ws->inter, ws->gated, T, I, l->act);
+    if (ws->fast)
+        cpu_glu_fast(ws->threads, ws->inter, ws->gated, T, I, l->act);
+    else
+        cpu_glu(ws->inter, ws->gated, T, I, l->act);
     linear(ws, ws->gated, lw->down, lw->down_b, out, T, H, I, ACT_NONE);
 }
 
@@ -437,10 +457,10 @@ static void layer_forward(const stof_model *m, int li, const enc_request *r, con
     if (!fast_attention(m, l, r, ws)) attention_all(l, r, masks, ws);
     linear(ws, ws->attn, lw->o, lw->o_b, ws->tmp, T, H, qd, ACT_NONE);
     if (pre) {
-        cpu_add(ws->tmp, ws->x, ws->x, T * H);
+        add_rows(ws, ws->tmp, ws->x, ws->x, T * H);
         apply_norm(ws, l->mlp_norm, ws->x, NULL, lw->mlp_norm, lw->mlp_norm_b, ws->h, T, H, eps);
         mlp(l, lw, ws->h, ws->tmp, T, H, ws);
-        cpu_add(ws->tmp, ws->x, ws->x, T * H);
+        add_rows(ws, ws->tmp, ws->x, ws->x, T * H);
     } else {
         apply_norm(ws, l->attn_norm, ws->tmp, ws->x, lw->attn_norm, lw->attn_norm_b, ws->x, T, H,
                    eps);
