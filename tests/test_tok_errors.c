@@ -162,6 +162,13 @@ static void test_components(void)
                 "{\"type\": \"Precompiled\", "
                 "\"precompiled_charsmap\": \"CAAAAP////8AAAAAYQ==\"}",
                 n, n, n, "[]", STOF_OK);
+    /* "BAAAAAAAAAD/AA==": a trie of one unit, then the replacement "\xff": text the
+     * normalizer would insert must be UTF-8 like every other string (the segmenters
+     * step through normalized text by its UTF-8 lead bytes). */
+    expect_part("charsmap replacements not UTF-8",
+                "{\"type\": \"Precompiled\", "
+                "\"precompiled_charsmap\": \"BAAAAAAAAAD/AA==\"}",
+                n, n, n, "[]", STOF_ERR_FORMAT);
     expect_part("Sequence without members", "{\"type\": \"Sequence\"}", n, n, n, "[]",
                 STOF_ERR_FORMAT);
     expect_part("Replace without content",

@@ -135,7 +135,7 @@ static stof_status initial_symbols(const tok_pipe *p, tok_work *w, const char *s
     size_t k = 0, pos = 0;
     int32_t unk_len = -1; /* pending [UNK] symbol's byte length, -1: none */
     while (pos < n) {
-        size_t clen = (size_t)tok_utf8_len((unsigned char)s[pos]);
+        size_t clen = tok_utf8_len_in(s, pos, n);
         int32_t id = char_id(p, w, s + pos, clen, pos == 0, pos + clen == n);
         if (id >= 0) {
             if (unk_len >= 0) sym_add(w, &k, p->unk_id, (uint32_t)unk_len);

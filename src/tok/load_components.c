@@ -187,6 +187,10 @@ static stof_status load_precompiled(const tok_loader *L, const cJSON *c, tok_nor
         }
         memcpy(n->text, raw + 4 + trie_bytes, n->text_len);
         n->text[n->text_len] = '\0';
+        if (!tok_load_utf8_ok(n->text, n->text_len))
+            st = stof_error(STOF_ERR_FORMAT,
+                            "%s: precompiled_charsmap's replacement strings are not valid UTF-8",
+                            L->file);
     }
     free(raw);
     return st;

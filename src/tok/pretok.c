@@ -73,7 +73,7 @@ stof_status tok_regex_find_all(tok_work *w, const tok_pattern *pat, const char *
             off = b;
         } else { /* an empty match: step over one character */
             if (a >= n) break;
-            off = a + (size_t)tok_utf8_len((unsigned char)s[a]);
+            off = a + tok_utf8_len_in(s, a, n);
         }
     }
     return STOF_OK;

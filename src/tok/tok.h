@@ -338,10 +338,19 @@ stof_status tok_decode_tokens(const tok_dec *decs, int n_decs, bool has_decoder,
                               tok_spans *spans, bool stream, tok_buf *out, size_t *held);
 
 /* UTF-8 helpers. */
-/* Length of the UTF-8 sequence starting with byte c (1 for invalid lead bytes). */
+/* Length of the UTF-8 sequence starting with byte c (1 for a continuation byte). */
 static inline int tok_utf8_len(unsigned char c)
 {
-    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    return c < 0x80 ? 1 : c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+}
+/* The same for the character at s[at] of an n-byte string, cut at its end: the
+ * segmenters step by it, so that text a hostile normalizer left invalid (a
+ * charsmap or Replace content is raw bytes from tokenizer.json) is never read
+ * or indexed past its end. at < n. */
+static inline size_t tok_utf8_len_in(const char *s, size_t at, size_t n)
+{
+    size_t k = (size_t)tok_utf8_len((unsigned char)s[at]);
+    return k < n - at ? k : n - at;
 }
 /* Writes s (n bytes) to out with every maximal invalid subsequence replaced by U+FFFD,
  * as Python's decode(errors="replace") and Rust's from_utf8_lossy do. When keep_tail,

@@ -55,7 +55,7 @@ stof_status tok_unigram_word(const tok_pipe *p, tok_work *w, const char *s, size
     best[0] = 0;
     bstart[0] = 0;
     for (size_t at = 0; at < n;) {
-        size_t clen = (size_t)tok_utf8_len((unsigned char)s[at]);
+        size_t clen = tok_utf8_len_in(s, at, n);
         if (bstart[at] < 0) { /* unreachable: cannot happen, every char is covered */
             at += clen;
             continue;
@@ -76,7 +76,7 @@ stof_status tok_unigram_word(const tok_pipe *p, tok_work *w, const char *s, size
                 if (len == clen) single = true;
             }
             if (at + len >= n) break;
-            len += (size_t)tok_utf8_len((unsigned char)s[at + len]);
+            len += tok_utf8_len_in(s, at + len, n);
         }
         if (!single) {
             size_t end = at + clen;
