@@ -224,6 +224,32 @@ def test_fallback_user_4d_mask(device, seed, calls):
     assert torch.equal(got, run(sdpa, ids, dense))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", ["bert", "llama", "modernbert"])
+def test_fallback_after_stof_mask(family, device, seed, calls, monkeypatch):
+    """A layer that falls back after the mask hook answered with its tagged [B, L] padding
+    mask (as a float32 model on the GPU does) gets the mask SDPA would have built: the
+    output equals SDPA's exactly, and sdpa_mask runs once per mask of the forward, not once
+    per layer. The reason is forced here so that the path runs on the CPU too."""
+    sdpa, ours = pair(family, seed, device)
+    ids, am = batch(seed, L=LENGTH[device], device=device)
+    monkeypatch.setattr(stof_hf, "_unsupported", lambda *args: "forced for the test")
+    built = [0]
+    real = masks.sdpa_mask
+
+    def counted(*args, **kwargs):
+        built[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(masks, "sdpa_mask", counted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = run(ours, ids, am)
+    assert calls[0] == 0
+    assert built[0] == (2 if family == "modernbert" else 1)  # its global and local masks
+    assert torch.equal(got, run(sdpa, ids, am))
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="torch sees no CUDA device")
 def test_fallback_float32_on_cuda(seed, calls):
     """stof's GPU kernels run float16/bfloat16: a float32 model on the GPU falls back, once."""
