@@ -140,6 +140,22 @@ def test_family_matches_sdpa(family, device, seed, calls):
         assert stof_hf._gqa_native is True
 
 
+def test_attention_under_torch_compile(seed):
+    """While torch.compile traces, the hook goes through torch.ops.stof.attention (no graph
+    break) and gives what its eager path gives, [B, L, H, D] contiguous either way."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(2, 4, 24, 16, generator=g) for _ in range(3))
+    lengths = torch.tensor([24, 11], dtype=torch.int32)
+    want = stof_hf._run(q, k, v, "causal", None, lengths)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *a: stof_hf._run(*a, "causal", None, lengths),
+                             fullgraph=True, backend="aot_eager")
+    got = compiled(q, k, v)
+    assert got.shape == want.shape == (2, 24, 4, 16) and got.is_contiguous()
+    assert want.is_contiguous()
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1, :11], want[1, :11])
+
+
 def test_pattern_specs():
     spec = stof_hf._pattern_spec
     assert spec(masks.bidirectional_mask_function) == ""

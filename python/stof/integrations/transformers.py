@@ -193,8 +193,21 @@ def stof_attention_forward(module, query, key, value, attention_mask, dropout=0.
     if groups > 1 and not _kv_heads_native(query):
         key = key.repeat_interleave(groups, dim=1)
         value = value.repeat_interleave(groups, dim=1)
-    out = _torch_op.attention_op(query, key, value, mask=spec, scale=scaling, lengths=lengths)
-    return out.transpose(1, 2).contiguous(), None
+    return _run(query, key, value, spec, scaling, lengths), None
+
+
+def _run(query, key, value, spec, scaling, lengths):
+    """The attention as [B, L, H, D], contiguous: written there directly when eager (no
+    transposed copy after); while torch.compile traces, the custom op's result, copied."""
+    if torch.compiler.is_compiling():
+        out = _torch_op.attention_op(query, key, value, mask=spec, scale=scaling,
+                                     lengths=lengths)
+        return out.transpose(1, 2).contiguous()
+    batch, heads, length, dim = query.shape
+    out = query.new_empty(batch, length, heads, dim)
+    _torch_op.attention_op(query, key, value, mask=spec, scale=scaling, lengths=lengths,
+                           out=out.transpose(1, 2))
+    return out
 
 
 def register():
