@@ -455,8 +455,14 @@ def _off_capture(ctx, build):
     worker = threading.Thread(target=run, name="stof-mask-build")
     worker.start()
     worker.join()
-    if "error" in result:
-        raise result["error"]
+    error = result.get("error")
+    if error is not None and _capturing(ctx):
+        raise RuntimeError(f"stof could not build a mask beside the CUDA graph capture: {error} "
+                           "(a capture in 'global' mode forbids other threads' allocations; "
+                           "capture with capture_error_mode='thread_local', as torch.compile "
+                           "does)") from error
+    if error is not None:
+        raise error
     return result["value"]
 
 
