@@ -21,9 +21,17 @@ def numpy_module():
     return sys.modules.get("numpy")
 
 
+_tensor_type = None  # torch.Tensor once the caller has imported torch
+
+
 def is_torch(x):
-    t = torch_module()
-    return t is not None and isinstance(x, t.Tensor)
+    global _tensor_type
+    if _tensor_type is None:  # this runs many times a call: look torch up until it is seen
+        t = torch_module()
+        if t is None:
+            return False
+        _tensor_type = t.Tensor
+    return isinstance(x, _tensor_type)
 
 
 def is_numpy(x):

@@ -121,6 +121,7 @@ _SIGNATURES = {
     "stof_mask_default_params": (MaskParams, []),
     "stof_mask_compile": (c_int, [_vp, _vp, _P(MaskParams), _P(_vp)]),
     "stof_mask_destroy": (None, [_vp]),
+    "stof_mask_rebuild": (c_int, [_vp]),
     "stof_mask_stats_get": (c_int, [_vp, _P(MaskStatsC)]),
     "stof_mask_decode": (c_int, [_vp, c_int, c_int, _vp, c_size_t]),
     "stof_attn_default_params": (AttnParams, []),

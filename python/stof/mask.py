@@ -6,8 +6,16 @@ Mask objects that print the same are the same mask). Dense parts and per-head
 block layouts print as names, so such a spec is keyed by the Mask's identity,
 its edit count and the torch version counters of its dense tensors: an
 in-place change of a dense mask tensor is never served from a stale entry.
-Lengths given as a CUDA tensor are keyed by identity and version for the same
-reason, and held by the entry so the identity cannot be reused while it lives.
+Lengths given as CUDA tensors (for a GPU) are not in the key at all: such an entry
+is a reusable mask that reads its lengths from buffers of its own, and a call
+copies the lengths it is given into them and rebuilds the mask, both enqueued on
+the call's stream, so inside a CUDA graph every replay uses its own lengths. An
+eager call skips the copy and rebuild when the buffers already hold the same
+tensor (a weak reference, so a dead tensor's reused id never matches, and its
+version counter). The cache keeps no tensor of the call: under CUDA graph
+capture (torch's reduce-overhead mode) those live in the graph's private pool,
+which must hold nothing but the graph's outputs. Masks used under capture are
+built off the capture and never evicted, since a graph refers to them.
 """
 
 import atexit
@@ -16,6 +24,7 @@ import ctypes
 import itertools
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 from . import _arrays, _context, _lib
@@ -298,7 +307,7 @@ class CompiledMask:
     seconds (a GPU compile is enqueued, so this is not the device time)."""
 
     def __init__(self, mask, ctx, batch, heads, len_q, len_k, lengths=None, lengths_k=None,
-                 tile=None, builder="auto", head_dim=0):
+                 tile=None, builder="auto", head_dim=0, reusable=False):
         if builder not in _lib.BUILDERS:
             raise ValueError(f"builder must be one of {sorted(_lib.BUILDERS)}, got {builder!r}")
         self.mask, self.ctx = mask, ctx
@@ -316,6 +325,7 @@ class CompiledMask:
         params.tile_m, params.tile_n = _tile_pair(tile)
         params.builder = _lib.BUILDERS[builder]
         params.head_dim = _lib.c_int(head_dim, "head_dim")
+        params.reusable = 1 if reusable else 0
         handle = ctypes.c_void_p()
         ctx.follow_torch_stream()
         start = time.perf_counter()
@@ -379,13 +389,95 @@ class CompiledMask:
 
 # ---------------------------------------------------------------- the cache
 
+class _Fed:
+    """A reusable GPU mask whose lengths are buffers of its own (int32, from torch's ordinary
+    allocator): feed() copies a call's lengths into them and rebuilds the mask on the
+    call's stream, which a CUDA graph captures like any other work."""
+
+    def __init__(self, compiled, buffers):
+        self.compiled, self.buffers = compiled, buffers
+        self.held = None  # ((weak reference, version), ...) of the lengths the buffers hold
+
+    def holds(self, sources):
+        """Whether the buffers hold these very tensors, unchanged since."""
+        return self.held is not None and len(self.held) == len(sources) and all(
+            ref() is src and src._version == version
+            for (ref, version), src in zip(self.held, sources))
+
+    def feed(self, values, ctx, sources, remember):
+        torch = _arrays.torch_module()
+        self.held = None  # until the copies and the rebuild are enqueued
+        for buf, x in zip(self.buffers, values):
+            if buf is None:
+                continue
+            x = x if _arrays.is_torch(x) else torch.as_tensor(_arrays.as_int_list(x))
+            if tuple(x.shape) != tuple(buf.shape):
+                raise ValueError(f"lengths must have shape [{buf.shape[0]}] (one per sequence), "
+                                 f"got {tuple(x.shape)}")
+            buf.copy_(x, non_blocking=True)
+            if remember:  # freed on eviction: not reused before this stream is past it
+                buf.record_stream(torch.cuda.current_stream(buf.device))
+        ctx.follow_torch_stream()
+        _lib.call("stof_mask_rebuild", self.compiled.handle)
+        self.compiled.last_stream = ctx.stream
+        self.held = _identity(sources) if remember else None
+
+
+def _identity(tensors):
+    """Weak references and version counters: what holds() compares, keeping nothing alive."""
+    return tuple((weakref.ref(t), t._version) for t in tensors)
+
+
+def _capturing(ctx):
+    """Whether torch is capturing a CUDA graph on its current stream of ctx's GPU."""
+    torch = _arrays.torch_module()
+    return ctx.kind == "cuda" and torch is not None and torch.cuda.is_current_stream_capturing()
+
+
+def _off_capture(ctx, build):
+    """build() on a thread of its own, on a stream of its own, waited for: neither torch
+    (which gives the capturing thread's allocations to the graph's private pool) nor the
+    capture (which forbids that thread allocation calls and would record the build into
+    the graph) sees it. Eager calls use it too, so that a buffer never comes from a pool."""
+    torch = _arrays.torch_module()
+    result = {}
+
+    def run():
+        try:
+            torch.cuda.set_device(ctx.index)
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):
+                result["value"] = build()
+            side.synchronize()
+        except BaseException as e:  # re-raised by the caller's thread
+            result["error"] = e
+
+    worker = threading.Thread(target=run, name="stof-mask-build")
+    worker.start()
+    worker.join()
+    error = result.get("error")
+    if error is not None and _capturing(ctx):
+        raise RuntimeError(f"stof could not build a mask beside the CUDA graph capture: {error} "
+                           "(a capture in 'global' mode forbids other threads' allocations; "
+                           "capture with capture_error_mode='thread_local', as torch.compile "
+                           "does)") from error
+    if error is not None:
+        raise error
+    return result["value"]
+
+
+def _fed_source(x, ctx):
+    return _arrays.is_torch(x) and x.device.type == "cuda" and ctx.kind == "cuda"
+
+
 class _Cache:
-    """LRU of compiled masks; entries hold whatever their keys refer to by identity."""
+    """LRU of compiled masks, and the masks CUDA graphs use (kept for good)."""
 
     def __init__(self, capacity=64):
         self.capacity = capacity
         self.lock = threading.Lock()
         self.entries = collections.OrderedDict()
+        self.pinned = {}  # used under CUDA graph capture: a graph may replay them any time
         self.parsed = collections.OrderedDict()  # spec text -> Mask
         self.hits = self.misses = 0
 
@@ -406,30 +498,81 @@ class _Cache:
             head_dim=0):
         """The compiled mask for this shape, compiling on a miss. derived =
         (sources, make): the lengths are computed by make() from a tuple of
-        sources (e.g. cu_seqlens) only on a miss, and the key names the sources."""
+        sources (e.g. cu_seqlens), only when they are needed."""
         if derived is not None:
-            lkey = ("derived",) + tuple(_lengths_key(src) for src in derived[0])
+            sources, make = derived
+        else:
+            sources = tuple(x for x in (lengths, lengths_k) if x is not None)
+
+            def make():
+                return lengths, lengths_k
+        capturing = _capturing(ctx)
+        fed = bool(sources) and all(_fed_source(x, ctx) for x in sources)
+        if fed:  # one entry per stream (and for capture), filled from the call's lengths
+            has = (derived is not None or lengths is not None,
+                   derived is not None and len(sources) > 1 or lengths_k is not None)
+            lkey = ("fed", has, capturing, ctx.torch_stream())
+        elif derived is not None:
+            lkey = ("derived",) + tuple(_lengths_key(src) for src in sources)
         else:
             lkey = (_lengths_key(lengths), _lengths_key(lengths_k))
         key = (mask.cache_key, batch, heads, len_q, len_k, lkey, (ctx.kind, ctx.index), head_dim)
+        entry = self._lookup(key, capturing)
+        if entry is None:
+            entry = self._build(mask, batch, heads, len_q, len_k, ctx, head_dim, fed and has,
+                                make, capturing)
+            self._store(key, entry, capturing)
+        if not fed:
+            return entry[0]
+        if not entry[0].holds(sources):
+            entry[0].feed(make(), ctx, sources, remember=not capturing)
+        return entry[0].compiled
+
+    def _lookup(self, key, capturing):
         with self.lock:
-            hit = self.entries.get(key)
-            if hit is not None:
-                self.entries.move_to_end(key)
+            hit = self.pinned.get(key)
+            if hit is None:
+                hit = self.entries.get(key)
+                if hit is not None:
+                    self.entries.move_to_end(key)
+                    if capturing:  # a graph refers to it from now on
+                        self.pinned[key] = self.entries.pop(key)
+            if hit is None:
+                self.misses += 1
+            else:
                 self.hits += 1
-                return hit[0]
-            self.misses += 1
-        if derived is not None:
-            lengths, lengths_k = derived[1]()
-        compiled = CompiledMask(mask, ctx, batch, heads, len_q, len_k, lengths, lengths_k,
-                                head_dim=head_dim)
+            return hit
+
+    def _store(self, key, entry, capturing):
         with self.lock:
-            self.entries[key] = (compiled, (mask, lengths, lengths_k, derived))
+            if capturing:
+                self.pinned[key] = entry
+                return
+            self.entries[key] = entry
             while len(self.entries) > self.capacity:
                 self.entries.popitem(last=False)
-        return compiled
+
+    def _build(self, mask, batch, heads, len_q, len_k, ctx, head_dim, fed, make, capturing):
+        """(compiled or _Fed, what it refers to)."""
+        if fed:
+            def build():
+                torch = _arrays.torch_module()
+                buffers = tuple(None if not given else
+                                torch.zeros(batch, dtype=torch.int32, device=f"cuda:{ctx.index}")
+                                for given in fed)
+                compiled = CompiledMask(mask, ctx, batch, heads, len_q, len_k, buffers[0],
+                                        buffers[1], head_dim=head_dim, reusable=True)
+                return _Fed(compiled, buffers)
+            return _off_capture(ctx, build), mask
+        lengths, lengths_k = make()
+
+        def build():
+            return CompiledMask(mask, ctx, batch, heads, len_q, len_k, lengths, lengths_k,
+                                head_dim=head_dim)
+        return (_off_capture(ctx, build) if capturing else build()), (mask, lengths, lengths_k)
 
     def clear(self):
+        """Drops the LRU's entries and parsed specs (not the masks graphs may replay)."""
         with self.lock:
             self.entries.clear()
             self.parsed.clear()
@@ -439,8 +582,6 @@ class _Cache:
 def _lengths_key(lengths):
     if lengths is None:
         return None
-    if _arrays.is_torch(lengths) and lengths.device.type == "cuda":
-        return ("cuda-tensor", id(lengths), lengths._version)
     return ("values", tuple(_arrays.as_int_list(lengths)))
 
 

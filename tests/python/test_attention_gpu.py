@@ -139,6 +139,53 @@ def test_lengths_on_the_device(gen):
     assert (out[1, :, 100:] == 0).all()
 
 
+def causal_padded_reference(q, k, v, lengths):
+    """Causal attention over the first lengths[b] keys; rows past a length are zeros."""
+    L = q.shape[2]
+    i = torch.arange(L, device="cuda")
+    real = i[None, :] < lengths.to("cuda", torch.int64)[:, None]  # [B, L]
+    visible = (i[None, :, None] >= i[None, None, :]) & real[:, None, :] & real[:, :, None]
+    return reference(q, k, v, visible[:, None])
+
+
+def test_device_lengths_change_between_calls(gen):
+    """One shape and spec, lengths on the device: a new tensor, the same tensor changed in
+    place, and an earlier tensor again each give their own result (the cache's mask reads
+    the lengths of the call, never those of the call before)."""
+    B, H, L, D = 3, 2, 192, 64
+    q, k, v = inputs(gen, (B, H, L, D), torch.float16)
+    a = torch.tensor([192, 100, 7], device="cuda", dtype=torch.int32)
+    b = torch.tensor([33, 192, 150], device="cuda", dtype=torch.int64)
+    for lengths, change in ((a, None), (a, [192, 37, 160]), (b, None), (a, None), (a, [0, 1, 2])):
+        if change is not None:
+            lengths.copy_(torch.tensor(change))
+        out = torch.full_like(q, float("nan"))
+        stof.attention(q, k, v, mask="causal", lengths=lengths, out=out)
+        assert rel_err(out, causal_padded_reference(q, k, v, lengths)) < TOL[torch.float16]
+
+
+def test_device_lengths_in_a_cuda_graph(gen):
+    """stof.attention captured in a CUDA graph with a static lengths tensor: every replay
+    uses the lengths in that tensor at replay time (the mask is rebuilt in the graph)."""
+    B, H, L, D = 2, 2, 256, 64
+    q, k, v = inputs(gen, (B, H, L, D), torch.float16)
+    lengths = torch.tensor([256, 256], device="cuda", dtype=torch.int32)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        stof.attention(q, k, v, mask="causal", lengths=lengths)  # warm-up, as torch advises
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        out = stof.attention(q, k, v, mask="causal", lengths=lengths)
+    for new in ([256, 256], [100, 200], [3, 256], [256, 0]):
+        lengths.copy_(torch.tensor(new))
+        out.fill_(float("nan"))
+        graph.replay()
+        want = causal_padded_reference(q, k, v, lengths)
+        assert rel_err(out, want) < TOL[torch.float16], new
+
+
 def test_select_reports_a_gpu_kernel(gen):
     q, k, v = inputs(gen, (2, 4, 1024, 64), torch.float16)
     choice = stof.attention_select(q, k, v, mask="window:128")

@@ -140,6 +140,22 @@ def test_family_matches_sdpa(family, device, seed, calls):
         assert stof_hf._gqa_native is True
 
 
+def test_attention_under_torch_compile(seed):
+    """While torch.compile traces, the hook goes through torch.ops.stof.attention (no graph
+    break) and gives what its eager path gives, [B, L, H, D] contiguous either way."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(2, 4, 24, 16, generator=g) for _ in range(3))
+    lengths = torch.tensor([24, 11], dtype=torch.int32)
+    want = stof_hf._run(q, k, v, "causal", None, lengths)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *a: stof_hf._run(*a, "causal", None, lengths),
+                             fullgraph=True, backend="aot_eager")
+    got = compiled(q, k, v)
+    assert got.shape == want.shape == (2, 24, 4, 16) and got.is_contiguous()
+    assert want.is_contiguous()
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1, :11], want[1, :11])
+
+
 def test_pattern_specs():
     spec = stof_hf._pattern_spec
     assert spec(masks.bidirectional_mask_function) == ""
@@ -222,6 +238,32 @@ def test_fallback_user_4d_mask(device, seed, calls):
         got = run(ours, ids, dense)
     assert calls[0] == 0
     assert torch.equal(got, run(sdpa, ids, dense))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", ["bert", "llama", "modernbert"])
+def test_fallback_after_stof_mask(family, device, seed, calls, monkeypatch):
+    """A layer that falls back after the mask hook answered with its tagged [B, L] padding
+    mask (as a float32 model on the GPU does) gets the mask SDPA would have built: the
+    output equals SDPA's exactly, and sdpa_mask runs once per mask of the forward, not once
+    per layer. The reason is forced here so that the path runs on the CPU too."""
+    sdpa, ours = pair(family, seed, device)
+    ids, am = batch(seed, L=LENGTH[device], device=device)
+    monkeypatch.setattr(stof_hf, "_unsupported", lambda *args: "forced for the test")
+    built = [0]
+    real = masks.sdpa_mask
+
+    def counted(*args, **kwargs):
+        built[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(masks, "sdpa_mask", counted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = run(ours, ids, am)
+    assert calls[0] == 0
+    assert built[0] == (2 if family == "modernbert" else 1)  # its global and local masks
+    assert torch.equal(got, run(sdpa, ids, am))
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="torch sees no CUDA device")

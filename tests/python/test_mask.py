@@ -2,10 +2,14 @@
 builder, dense masks, compiled statistics, and agreement of every BENCH.md mask
 (bench/masks.py's visibility function) with stof's own compiled mask, decoded."""
 
+import gc
+import weakref
+
 import pytest
 
 import masks as bench_masks
 import stof
+from stof import mask as stof_mask
 
 VALID = ["full", "causal", "window:128", "window:3:5", "dilated:4x2", "global:32",
          "global:[0,5,9]", "random:64x3@7", "window:128,global:32",
@@ -242,6 +246,57 @@ def test_spec_cache_reuses_compiled_masks():
     assert (hits, misses, entries) == (1, 1, 1)
     stof.attention(q, q, q, mask="window:4", lengths=[20])
     assert stof.cache_info()[1] == 2
+
+
+def test_fed_lengths_identity_is_weak_and_versioned():
+    """A GPU entry fed from CUDA lengths skips the copy only for the very tensor it holds,
+    unchanged; it keeps no reference, so a dead tensor's id reused by another never
+    matches (the cache must not keep a CUDA graph pool's tensors alive either)."""
+    torch = pytest.importorskip("torch")
+    fed = stof_mask._Fed(None, ())
+    t = torch.tensor([3, 4], dtype=torch.int32)
+    fed.held = stof_mask._identity((t,))
+    assert fed.holds((t,))
+    assert not fed.holds((t.clone(),))  # the same values in another tensor
+    assert not fed.holds((t, t))
+    t.add_(1)  # changed in place: its version moves
+    assert not fed.holds((t,))
+    fed.held = stof_mask._identity((t,))
+    gone = weakref.ref(t)
+    del t
+    gc.collect()
+    assert gone() is None
+    for _ in range(20):  # ids of freed tensors come back: none matches
+        assert not fed.holds((torch.tensor([4, 5], dtype=torch.int32),))
+
+
+def test_masks_used_under_capture_are_kept(monkeypatch):
+    """Masks a CUDA graph captured are never evicted nor cleared (the graph replays them),
+    and a miss under capture is built off the capture; simulated here on the CPU."""
+    np = pytest.importorskip("numpy")
+    stof.clear_cache()
+    q = np.random.default_rng(0).standard_normal((1, 1, 32, 16)).astype(np.float32)
+    want = stof.attention(q, q, q, mask="window:4")
+    built = []
+
+    def off_capture(ctx, build):
+        built.append(ctx.kind)
+        return build()
+
+    monkeypatch.setattr(stof_mask, "_capturing", lambda ctx: True)
+    monkeypatch.setattr(stof_mask, "_off_capture", off_capture)
+    assert np.array_equal(stof.attention(q, q, q, mask="window:4"), want)  # a hit, now kept
+    captured = stof.attention(q, q, q, mask="window:5")  # a miss, built off the capture
+    assert built == ["cpu"]
+    assert len(stof_mask.cache.pinned) == 2 and not stof_mask.cache.entries
+    monkeypatch.undo()
+    stof.clear_cache()
+    for w in range(6, 6 + stof_mask.cache.capacity + 1):  # the LRU overflows
+        stof.attention(q, q, q, mask=f"window:{w}")
+    assert len(stof_mask.cache.pinned) == 2
+    assert np.array_equal(stof.attention(q, q, q, mask="window:5"), captured)
+    assert stof.cache_info()[:2] == (1, stof_mask.cache.capacity + 1)
+    stof_mask.cache.pinned.clear()
 
 
 def test_within_cuts_the_union_to_the_band():

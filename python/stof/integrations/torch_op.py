@@ -38,17 +38,25 @@ def _attention_fake(q, k, v, mask=None, scale=None, lengths=None, lengths_k=None
 
 
 def attention_op(q, k, v, mask=None, scale=None, lengths=None, lengths_k=None, layout="bhld",
-                 kernel="auto"):
+                 kernel="auto", out=None):
     """torch.ops.stof.attention with stof.attention's arguments: mask is a spec text or a
     stof.Mask without dense parts (passed as its text); lengths a tensor or a list of ints.
-    Build Masks and length tensors outside the compiled region where you can."""
+    Build Masks and length tensors outside the compiled region where you can. Outside
+    torch.compile it calls stof.attention itself (the dispatcher would add ~10 us a call
+    and nothing else); out: fill this tensor instead (under torch.compile, a copy)."""
     if isinstance(mask, Mask):
         if mask.has_dense:
             raise ValueError("stof::attention takes masks as text; a dense mask part has none "
                              "(call stof.attention outside torch.compile instead)")
         mask = str(mask)
+    if not torch.compiler.is_compiling():
+        return _stof_attention(q, k, v, mask=mask, scale=scale, lengths=lengths,
+                               lengths_k=lengths_k, layout=layout, kernel=kernel, out=out)
     if lengths is not None and not isinstance(lengths, torch.Tensor):
         lengths = torch.tensor(list(lengths), dtype=torch.int32)
     if lengths_k is not None and not isinstance(lengths_k, torch.Tensor):
         lengths_k = torch.tensor(list(lengths_k), dtype=torch.int32)
-    return torch.ops.stof.attention(q, k, v, mask, scale, lengths, lengths_k, layout, kernel)
+    result = torch.ops.stof.attention(q, k, v, mask, scale, lengths, lengths_k, layout, kernel)
+    if out is None:
+        return result
+    return out.copy_(result)

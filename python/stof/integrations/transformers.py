@@ -36,6 +36,10 @@ _SPEC_ATTR = "_stof_spec"  # the pattern a padding mask was made for, as a stof 
 # its lengths: one tensor for every layer of a forward, so that stof's mask cache (keyed by
 # the lengths tensor) compiles the mask once per forward, not once per layer; None: no padding
 _LENGTHS_ATTR = "_stof_lengths"
+# the arguments of transformers' sdpa_mask for the same call, and (once built) its result: a
+# layer that falls back gets exactly the mask SDPA would have had, built once per forward
+_SDPA_ARGS_ATTR = "_stof_sdpa_args"
+_SDPA_MASK_ATTR = "_stof_sdpa_mask"
 _warned = set()
 _GPU_HEAD_DIMS = (32, 64, 80, 96, 128, 256)  # src/attn/select.c's attn_head_dim_supported
 _gqa_native = None  # whether stof takes fewer K/V heads than query heads (probed once)
@@ -89,6 +93,9 @@ def stof_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
     spec = _pattern_spec(mask_function)
     simple = (isinstance(q_offset, int) and isinstance(kv_offset, int) and q_offset == 0 and
               kv_offset == 0 and q_length == kv_length)
+    args = dict(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
+                **kwargs)
     pad = lengths = None
     if spec is not None and simple:
         device = kwargs.get("device", "cpu")
@@ -101,13 +108,23 @@ def stof_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
             if not torch.equal(pad, prefix):
                 pad = None  # left padding or holes: not lengths
     if pad is None:
-        return _masks.sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
-                                q_offset=q_offset, kv_offset=kv_offset,
-                                mask_function=mask_function, attention_mask=attention_mask,
-                                **kwargs)
+        return _masks.sdpa_mask(**args)
     setattr(pad, _SPEC_ATTR, spec)
     setattr(pad, _LENGTHS_ATTR, lengths)
+    setattr(pad, _SDPA_ARGS_ATTR, args)
     return pad
+
+
+def _sdpa_mask_of(attention_mask):
+    """The mask SDPA takes for this call: the model's own, or, for a padding mask stof_mask
+    tagged, the one transformers' sdpa_mask builds from the same arguments (built on the
+    first layer that falls back and kept on the tagged tensor for the others)."""
+    args = getattr(attention_mask, _SDPA_ARGS_ATTR, None)
+    if args is None:
+        return attention_mask
+    if not hasattr(attention_mask, _SDPA_MASK_ATTR):
+        setattr(attention_mask, _SDPA_MASK_ATTR, _masks.sdpa_mask(**args))
+    return getattr(attention_mask, _SDPA_MASK_ATTR)
 
 
 def _warn_once(reason):
@@ -167,16 +184,30 @@ def stof_attention_forward(module, query, key, value, attention_mask, dropout=0.
         if own:
             raise ValueError(f"stof mask {own!r} cannot run here: {reason}")
         _warn_once(reason)
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, is_causal=is_causal, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, _sdpa_mask_of(attention_mask),
+                                      dropout=dropout, scaling=scaling, is_causal=is_causal,
+                                      **kwargs)
     spec = own or getattr(attention_mask, _SPEC_ATTR) or None
     lengths = getattr(attention_mask, _LENGTHS_ATTR, None)
     groups = query.shape[1] // key.shape[1]
     if groups > 1 and not _kv_heads_native(query):
         key = key.repeat_interleave(groups, dim=1)
         value = value.repeat_interleave(groups, dim=1)
-    out = _torch_op.attention_op(query, key, value, mask=spec, scale=scaling, lengths=lengths)
-    return out.transpose(1, 2).contiguous(), None
+    return _run(query, key, value, spec, scaling, lengths), None
+
+
+def _run(query, key, value, spec, scaling, lengths):
+    """The attention as [B, L, H, D], contiguous: written there directly when eager (no
+    transposed copy after); while torch.compile traces, the custom op's result, copied."""
+    if torch.compiler.is_compiling():
+        out = _torch_op.attention_op(query, key, value, mask=spec, scale=scaling,
+                                     lengths=lengths)
+        return out.transpose(1, 2).contiguous()
+    batch, heads, length, dim = query.shape
+    out = query.new_empty(batch, length, heads, dim)
+    _torch_op.attention_op(query, key, value, mask=spec, scale=scaling, lengths=lengths,
+                           out=out.transpose(1, 2))
+    return out
 
 
 def register():
