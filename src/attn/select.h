@@ -123,8 +123,9 @@ extern "C" {
 #define ATTN_R_SMEM 128.0
 #define ATTN_ROWWISE_WARPS 4 /* query rows (one per warp) per row-wise CTA */
 /* Block-wise launch order (grid.cuh, attn_block_order): heaviest row blocks
- * first across every head when one row may list this many times the mean
- * tiles of the rows (causal about 2, global tokens far more); otherwise row
+ * first across the (head, batch) pairs of an L2 section (attention.c's
+ * l2_section) when one row may list this many times the mean tiles of the
+ * rows (causal about 2, global tokens far more); otherwise row
  * blocks fastest, so that neighbouring CTAs share one head's K/V tiles in L2. */
 #define ATTN_HEAVY_FIRST_IMBALANCE 1.5
 /* Listed tiles per row from which imbalanced rows take two warpgroups on the
