@@ -317,9 +317,15 @@ def hf_mask_forms(torch, planes, device, dtype):
     a 4-D mask through unchanged to eager and SDPA alike), then 3-D 0/1 [B, L, L]
     (transformers 4's get_extended_attention_mask)."""
     vis = torch.from_numpy(planes).to(device)
-    add = torch.zeros(vis.shape, dtype=dtype, device=device)
+    return [("4-D additive", additive_4d(torch, vis, dtype)), ("3-D 0/1", vis.long())]
+
+
+def additive_4d(torch, vis, dtype):
+    """The additive mask [B, 1, L, L] of a bool visibility [B, L, L] (on its device): 0
+    where visible, the dtype's min elsewhere."""
+    add = torch.zeros(vis.shape, dtype=dtype, device=vis.device)
     add.masked_fill_(~vis, torch.finfo(dtype).min)
-    return [("4-D additive", add.unsqueeze(1)), ("3-D 0/1", vis.long())]
+    return add.unsqueeze(1)
 
 
 # ---------------------------------------------------------------- models

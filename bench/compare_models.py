@@ -161,13 +161,6 @@ def spec_visible(torch, spec, L, causal, device):
     return vis & (j <= i) if causal else vis
 
 
-def additive_mask(torch, vis, dtype):
-    """[1, 1, L, L]: 0 where visible, the dtype's min elsewhere."""
-    add = torch.zeros(vis.shape, dtype=dtype, device=vis.device)
-    add.masked_fill_(~vis, torch.finfo(dtype).min)
-    return add[None, None]
-
-
 def cases_of(fam, args):
     """(B, L, kind) in run order: kind "padded", "family" or "spec"."""
     pos = FAMILIES[fam]["positions"]
@@ -343,7 +336,7 @@ def run_case(torch, timer, F, B, L, kind, args, skip, rate, device):
         try:
             vis = spec_visible(torch, spec, L, FAMILIES[fam]["causal"], device)
             vis_count = int(vis.sum().item())
-            masks = [additive_mask(torch, vis, F.dtype)] * len(sets)
+            masks = [ce.additive_4d(torch, vis[None], F.dtype)] * len(sets)
             del vis
         except Exception as e:
             row["problems"].append(ce.brief_error("HF dense mask", e))
