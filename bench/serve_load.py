@@ -290,7 +290,7 @@ def run_model(args, model):
     # offline run's, moves a BERT-base embedding by about 1e-3; another sentence's by ~1
     tol = 1e-4 if args.device == "cpu" else 1e-2
     server_args = ["--max-queue", str(4 * args.clients)]
-    for opt in ("max_batch_tokens", "max_wait_ms"):
+    for opt in ("max_batch_tokens", "max_batch_ms", "max_wait_ms"):
         if getattr(args, opt) is not None:
             server_args += ["--" + opt.replace("_", "-"), str(getattr(args, opt))]
     server = Server(args.stof, model, server_args, args.device)
@@ -301,6 +301,8 @@ def run_model(args, model):
         stats, elapsed = load(server.port, pool, emb, args.clients, args.client_procs,
                               args.seed + 100, args.duration_s, tol)
         rss1 = server.rss_mb()
+        budget = server.metric("stof_serve_batch_token_budget")
+        batches = server.metric("stof_serve_batches_total")
         rc = server.stop()
     finally:
         if server.proc.poll() is None:
@@ -324,6 +326,8 @@ def run_model(args, model):
         "failed": stats["failed"] + warm["failed"],
         "rss_after_warmup_mb": round(rss0, 1),
         "rss_growth_mb": round(rss1 - rss0, 1),
+        "batch_token_budget_at_end": int(budget),
+        "batches": int(batches),
         "server_exit_status": rc,
         "duration_s": round(elapsed, 1),
     }
@@ -359,6 +363,7 @@ def main():
     p.add_argument("--offline-batch", type=int, default=128)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-batch-tokens", type=int, help="passed to stof serve (default: its own)")
+    p.add_argument("--max-batch-ms", type=int, help="passed to stof serve (default: its own)")
     p.add_argument("--max-wait-ms", type=int, help="passed to stof serve (default: its own)")
     p.add_argument("--out", help="JSON results file")
     args = p.parse_args()

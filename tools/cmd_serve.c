@@ -20,7 +20,8 @@ static void serve_usage(void)
 {
     printf(
         "usage: stof serve --model DIR [--host 127.0.0.1] [--port 8080] [--device auto|cpu|gpu]\n"
-        "                  [--max-batch-tokens N] [--max-wait-ms M] [--max-queue Q]\n"
+        "                  [--max-batch-tokens N] [--max-batch-ms T] [--max-wait-ms M]\n"
+        "                  [--max-queue Q]\n"
         "                  [--max-body-bytes B] [--truncate|--no-truncate] [--matryoshka]\n"
         "Serves sentence embeddings of the model over HTTP until SIGTERM or SIGINT, which\n"
         "stop new connections and let the requests in flight finish.\n"
@@ -31,6 +32,9 @@ static void serve_usage(void)
         "  GET  /health, /v1/models, /metrics (Prometheus)\n"
         "  --port P               0 picks a free port (printed when listening)\n"
         "  --max-batch-tokens N   a forward's ids, padded, at most N (default 16384)\n"
+        "  --max-batch-ms T       aim at forwards of about T ms: the token budget adapts,\n"
+        "                         at most N, so that a short request under load waits\n"
+        "                         about 2T (default 4 on a GPU; 0, off, on the CPU)\n"
         "  --max-wait-ms M        a batch short of N waits at most M ms for more (default 2)\n"
         "  --max-queue Q          requests queued or running; more get 503 (default 1024)\n"
         "  --max-body-bytes B     larger bodies get 413 (default 8388608)\n"
@@ -109,13 +113,14 @@ int cmd_serve(cli_args *a)
                         .max_queue = 1024,
                         .max_body_bytes = 8 << 20,
                         .truncate = true};
-    bool truncate = false, no_truncate = false;
+    bool truncate = false, no_truncate = false, batch_ms_set = false;
     const cli_opt opts[] = {
         CLI_OPT_STRING("--model", &cfg.model_dir),
         CLI_OPT_STRING("--host", &cfg.host),
         CLI_OPT_INT("--port", &cfg.port, 0, 65535),
         CLI_OPT_DEVICE("--device", &cfg.device),
         CLI_OPT_INT("--max-batch-tokens", &cfg.max_batch_tokens, 2, 1 << 24),
+        CLI_OPT_INT_SET("--max-batch-ms", &cfg.max_batch_ms, 0, 60000, &batch_ms_set),
         CLI_OPT_INT("--max-wait-ms", &cfg.max_wait_ms, 0, 60000),
         CLI_OPT_INT("--max-queue", &cfg.max_queue, 1, 1 << 20),
         CLI_OPT_INT("--max-body-bytes", &cfg.max_body_bytes, 64, 1 << 30),
@@ -149,6 +154,8 @@ int cmd_serve(cli_args *a)
     serve_metrics_init(&metrics);
     serve_app app = {.cfg = &cfg, .model = &m, .metrics = &metrics};
     int rc = serve_load(a, &cfg, &m);
+    if (!rc && !batch_ms_set) /* a CPU forward's time is its tokens': batches only gain there */
+        cfg.max_batch_ms = stof_ctx_device(m.ctx) == STOF_DEVICE_GPU ? 4 : 0;
     stof_status st;
     if (!rc && (st = serve_batcher_start(&m, &cfg, &metrics, &app.batcher)))
         rc = cli_fail(a, "starting the batcher", st);

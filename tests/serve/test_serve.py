@@ -372,6 +372,44 @@ def test_32_concurrent_clients(tiny, tiny_dir):
     assert batches < 32 * 6, "concurrent requests were never merged into one batch"
 
 
+@needs_minilm
+def test_batch_time_budget(minilm):
+    """--max-batch-ms steers the token budget: 1 ms is below any MiniLM forward on the CPU,
+    so under concurrent load the budget falls from --max-batch-tokens towards its floor, and
+    every result is still the one `stof embed` gives. Without the option the CPU keeps its
+    token budget (the default aims at a time on a GPU only)."""
+    assert minilm.metric("stof_serve_batch_token_budget") == 16384
+    texts = [t for t in TEXTS if t is not LONG]
+    want = stof_embed(MINILM, texts)
+    s = Server(STOF, MINILM, ["--max-batch-ms", "1", "--max-batch-tokens", "4096"])
+    try:
+        assert s.metric("stof_serve_batch_token_budget") == 4096
+        failures = []
+
+        def client(c):
+            for r in range(3):
+                pick = [(c + r + k) % len(texts) for k in range(1 + (c + r) % 4)]
+                status, body = s.post("/v1/embeddings", {"input": [texts[i] for i in pick]})
+                if status != 200:
+                    failures.append((c, r, status, body))
+                    continue
+                for d in body["data"]:
+                    w = want[pick[d["index"]]]
+                    if max(abs(a - b) for a, b in zip(d["embedding"], w)) > 2e-6:
+                        failures.append((c, r, "wrong row", d["index"]))
+
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert not any(t.is_alive() for t in threads)
+        assert failures == []
+        assert s.metric("stof_serve_batch_token_budget") < 4096
+    finally:
+        assert s.stop() == 0
+
+
 def test_sigterm_drains(tiny_dir):
     s = Server(STOF, tiny_dir, ["--max-wait-ms", "1500"])
     results = []

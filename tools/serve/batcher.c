@@ -11,6 +11,17 @@
  * but never past max_wait_ms after the oldest waiting sequence arrived. The
  * batch's buffers only grow, to the largest batch seen, so memory stays flat
  * under steady load.
+ *
+ * Latency. Under load a request waits for the batch in flight and then runs
+ * in the next one, so a short request's latency is about two batch times,
+ * and a budget in tokens sets that time only through the model's speed. With
+ * max_batch_ms the worker steers the budget instead: after each forward that
+ * the budget limited (or that ran over the time), the budget moves by the
+ * ratio of the time aimed at to the time taken, within [1/2, 5/4] a step,
+ * never above max_batch_tokens. Since a forward's time grows with its
+ * tokens, the budget settles where a forward takes about max_batch_ms; a
+ * batch's fixed cost (launches, copies) makes the steps undershoot, never
+ * diverge. One sequence always fits, whatever the budget.
  */
 #include "serve.h"
 
@@ -40,6 +51,7 @@ struct serve_batcher {
     int jobs;               /* queued or running */
     int waiting_seqs;       /* sequences not yet in a batch */
     int64_t waiting_tokens; /* and their tokens */
+    int64_t budget;         /* padded tokens a batch may take: max_batch_tokens, or less */
     bool stopping;
     /* the worker's own */
     batch_seq *seqs;
@@ -69,8 +81,9 @@ static int batcher_longer_first(const void *x, const void *y)
 /* Takes one sequence of each waiting job in turn, oldest job first, while the
  * padded batch fits the budget: a short request finishes in the next batch
  * however large the requests queued before it. Called under the lock; returns
- * how many were taken (at least one when any wait). */
-static int batcher_take(serve_batcher *b)
+ * how many were taken (at least one when any wait), and in *full whether the
+ * budget stopped it. */
+static int batcher_take(serve_batcher *b, bool *full_out)
 {
     int n = 0, longest = 0;
     bool full = false;
@@ -81,7 +94,7 @@ static int batcher_take(serve_batcher *b)
             int len = j->offset[j->next_seq + 1] - j->offset[j->next_seq];
             int wider = len > longest ? len : longest;
             full =
-                (n && (int64_t)(n + 1) * wider > b->cfg->max_batch_tokens) ||
+                (n && (int64_t)(n + 1) * wider > b->budget) ||
                 !batcher_reserve((void **)&b->seqs, &b->cap_seqs, (size_t)n + 1, sizeof *b->seqs);
             if (full) break;
             b->seqs[n++] = (batch_seq){.job = j, .index = j->next_seq, .len = len};
@@ -97,7 +110,21 @@ static int batcher_take(serve_batcher *b)
             if (b->tail == j) b->tail = prev;
         }
     }
+    *full_out = full;
     return n;
+}
+
+/* Steers the budget towards forwards of max_batch_ms (the file's comment):
+ * padded tokens took ms; full: the budget, not the queue, ended the batch. */
+static void batcher_adapt(serve_batcher *b, int64_t padded, double ms, bool full)
+{
+    double aim = b->cfg->max_batch_ms;
+    if (aim <= 0 || ms <= 0 || (!full && ms <= aim)) return; /* a short queue tells nothing */
+    double ratio = aim / ms;
+    ratio = ratio < 0.5 ? 0.5 : ratio > 1.25 ? 1.25 : ratio;
+    int64_t from = full || padded > b->budget ? b->budget : padded;
+    int64_t next = (int64_t)((double)from * ratio);
+    b->budget = next < 64 ? 64 : next > b->cfg->max_batch_tokens ? b->cfg->max_batch_tokens : next;
 }
 
 /* Mean (or first-token) pooling of one sequence's hidden rows, before any normalisation. */
@@ -196,7 +223,7 @@ static void batcher_wait_for_batch(serve_batcher *b)
 {
     while (!b->head && !b->stopping)
         pthread_cond_wait(&b->work_cv, &b->mu);
-    while (b->head && !b->stopping && b->waiting_tokens < b->cfg->max_batch_tokens) {
+    while (b->head && !b->stopping && b->waiting_tokens < b->budget) {
         double due = b->head->enqueued_ms + b->cfg->max_wait_ms, now = cli_now_ms();
         if (now >= due) break;
         struct timespec ts;
@@ -215,12 +242,16 @@ static void *batcher_main(void *arg)
     for (;;) {
         batcher_wait_for_batch(b);
         if (!b->head) break; /* stopping and drained */
-        int n = batcher_take(b);
+        bool full;
+        int n = batcher_take(b, &full);
         pthread_mutex_unlock(&b->mu);
         char error[256] = "";
         qsort(b->seqs, (size_t)n, sizeof *b->seqs, batcher_longer_first);
+        double start = cli_now_ms();
         stof_status st = batcher_forward(b, n, error, sizeof error);
+        double ms = cli_now_ms() - start;
         pthread_mutex_lock(&b->mu);
+        if (!st) batcher_adapt(b, (int64_t)n * b->seqs[0].len, ms, full);
         batcher_finish(b, n, st, error);
     }
     pthread_mutex_unlock(&b->mu);
@@ -235,6 +266,7 @@ stof_status serve_batcher_start(serve_model *m, const serve_config *cfg, serve_m
     b->m = m;
     b->cfg = cfg;
     b->metrics = metrics;
+    b->budget = cfg->max_batch_tokens;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->work_cv, NULL);
     if (pthread_create(&b->worker, NULL, batcher_main, b)) {
@@ -276,11 +308,12 @@ bool serve_batcher_run(serve_batcher *b, serve_job *job)
     return true;
 }
 
-void serve_batcher_depth(serve_batcher *b, int *jobs, int *sequences)
+void serve_batcher_depth(serve_batcher *b, int *jobs, int *sequences, int64_t *budget)
 {
     pthread_mutex_lock(&b->mu);
     *jobs = b->jobs;
     *sequences = b->waiting_seqs;
+    *budget = b->budget;
     pthread_mutex_unlock(&b->mu);
 }
 

@@ -82,7 +82,8 @@ char *serve_metrics_text(serve_app *app, size_t *len)
     FILE *f = open_memstream(&text, len);
     if (!f) return NULL;
     int jobs, seqs;
-    serve_batcher_depth(app->batcher, &jobs, &seqs);
+    int64_t budget;
+    serve_batcher_depth(app->batcher, &jobs, &seqs, &budget);
     serve_metrics *m = app->metrics;
     pthread_mutex_lock(&m->mu);
     fputs("# HELP stof_serve_requests_total HTTP requests answered, by status\n"
@@ -98,8 +99,10 @@ char *serve_metrics_text(serve_app *app, size_t *len)
             "# HELP stof_serve_queue_requests embedding requests queued or running\n"
             "# TYPE stof_serve_queue_requests gauge\nstof_serve_queue_requests %d\n"
             "# HELP stof_serve_queue_sequences sequences waiting for a batch\n"
-            "# TYPE stof_serve_queue_sequences gauge\nstof_serve_queue_sequences %d\n",
-            jobs, seqs);
+            "# TYPE stof_serve_queue_sequences gauge\nstof_serve_queue_sequences %d\n"
+            "# HELP stof_serve_batch_token_budget padded tokens a forward may take now\n"
+            "# TYPE stof_serve_batch_token_budget gauge\nstof_serve_batch_token_budget %lld\n",
+            jobs, seqs, (long long)budget);
     metrics_put_histo(f, "stof_serve_request_duration_seconds",
                       "embedding requests, from their headers to the reply", &m->latency_s);
     metrics_put_histo(f, "stof_serve_batch_sequences", "sequences per forward",

@@ -9,7 +9,8 @@
  *              /metrics; a request becomes a serve_job of token sequences
  *   metrics.c  counters and histograms, and their Prometheus text
  *   batcher.c  the queue: sequences of concurrent jobs merged into batches under
- *              a token budget, sorted by length, flushed after max-wait-ms
+ *              a token budget (adapted to max-batch-ms), sorted by length,
+ *              flushed after max-wait-ms
  *
  * Tokenizing and formatting run on the connection threads (the tokenizer may
  * be shared); only the batcher's worker touches the model.
@@ -30,6 +31,7 @@ typedef struct serve_config {
     stof_device device;
     int max_batch_tokens; /* a batch's ids, padded: sequences x the longest */
     int max_wait_ms;      /* how long a batch that is not full may wait for more */
+    int max_batch_ms;     /* a forward's time, aimed at: the token budget adapts (0: off) */
     int max_queue;        /* requests queued or running; more get 503 */
     int max_body_bytes;
     bool truncate;   /* texts over the model's length: cut (true) or 413 */
@@ -96,8 +98,9 @@ stof_status serve_batcher_start(serve_model *m, const serve_config *cfg, serve_m
 /* Queues the job and waits for its embeddings. false: the queue holds
  * max_queue jobs already (nothing was queued). job->status tells the outcome. */
 bool serve_batcher_run(serve_batcher *b, serve_job *job);
-/* Jobs queued or running, and their sequences not yet in a batch. */
-void serve_batcher_depth(serve_batcher *b, int *jobs, int *sequences);
+/* Jobs queued or running, their sequences not yet in a batch, and the
+ * batch's token budget now (max_batch_tokens, or less under max_batch_ms). */
+void serve_batcher_depth(serve_batcher *b, int *jobs, int *sequences, int64_t *budget);
 /* Runs what is queued, then stops the worker and frees the batcher. */
 void serve_batcher_stop(serve_batcher *b);
 
