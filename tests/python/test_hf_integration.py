@@ -305,7 +305,8 @@ def test_compare_hf_attention_cpu(tmp_path, seed):
     bench = pytest.importorskip("compare_hf_attention")
     out = tmp_path / "hf.json"
     argv = ["--device", "cpu", "--tiny", "--families", "llama,modernbert", "--warmup", "1",
-            "--budget", "0.01", "--iters", "10", "--seed", str(seed % 10000), "--out", str(out)]
+            "--budget", "0.01", "--iters", "10", "--rounds", "2", "--seed", str(seed % 10000),
+            "--out", str(out)]
     assert bench.main(argv) == 0
     result = json.loads(out.read_text())
     assert set(result) >= {"device", "date", "commit", "command", "cases", "summary"}
@@ -317,5 +318,5 @@ def test_compare_hf_attention_cpu(tmp_path, seed):
     for c in cases:
         assert not c["failed"] and c["problems"] == [], c
         assert c["stof_calls"] == c["layers"] and c["max_rel_err"] <= 1e-5
-        assert c["speedup"] > 0
+        assert c["speedup"] > 0 and len(c["round_speedups"]) == 2
     assert result["summary"]["min_speedup"] == min(c["speedup"] for c in cases)
