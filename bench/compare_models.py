@@ -26,6 +26,13 @@ phase 1 cases; (4) the kernel profiles (below), after every timing.
                  --long-compile (the reason is recorded otherwise)
   floor_ms       2 * params * real tokens (+ the attention's FLOPs over the visible
                  pairs) at the dense fp16 GEMM rate measured in this run (8192^3)
+  gemm_floor_ms  the same forward's linears at their own shapes: cuBLAS through torch
+                 (F.linear, fp16, no bias) timed alone per distinct shape in this run,
+                 with QKV and a GLU's two halves each one GEMM (as stof runs them),
+                 times their count, plus the attention FLOPs at the dense rate. Where a
+                 batch has a few thousand tokens, those GEMMs run well below the 8192^3
+                 rate, and this floor is what any implementation of the layer's
+                 products can reach
 max_rel_err = ||stof - HF SDPA|| / ||HF SDPA|| over the real tokens of set 0; a
 case fails above --tol (2e-2: several layers of fp16 on random weights). A side
 that fails leaves its field null and a line in the case's "problems" (a spec
@@ -202,6 +209,54 @@ def gemm_rate(torch, device, n=8192, reps=20):
     return 2 * n ** 3 * reps / secs / 1e12
 
 
+def layer_gemms(fam, cfg):
+    """(in, out) of one layer's linears as stof runs them: QKV fused, a GLU's halves fused."""
+    hidden = cfg.get("hidden_size", cfg.get("n_embd"))
+    heads = cfg.get("num_attention_heads", cfg.get("n_head"))
+    head_dim = cfg.get("head_dim") or hidden // heads
+    kv = cfg.get("num_key_value_heads") or heads
+    inter = cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * hidden
+    glu = fam in ("llama", "modernbert")
+    return [(hidden, (heads + 2 * kv) * head_dim), (heads * head_dim, hidden),
+            (hidden, inter * (2 if glu else 1)), (inter, hidden)]
+
+
+def linear_ms(torch, x, w, reps=20, rounds=5):
+    """F.linear(x, w)'s time on the GPU: reps back to back between two events (no launch
+    gaps counted), the median of rounds."""
+    for _ in range(3):
+        torch.nn.functional.linear(x, w)
+    times = []
+    for _ in range(rounds):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(reps):
+            torch.nn.functional.linear(x, w)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / reps)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def gemm_floor_ms(torch, fam, cfg, tokens, device, cache):
+    """Sum over the forward's linears of F.linear's time at [tokens, in] x [in, out]
+    (each distinct shape timed once per run: cache)."""
+    if device.type != "cuda" or tokens <= 0:
+        return None
+    layers = cfg.get("num_hidden_layers", cfg.get("n_layer"))
+    total = 0.0
+    for k, n in layer_gemms(fam, cfg):
+        key = (tokens, k, n)
+        if key not in cache:
+            x = torch.randn(tokens, k, device=device, dtype=torch.float16)
+            w = torch.randn(n, k, device=device, dtype=torch.float16)
+            cache[key] = linear_ms(torch, x, w)
+            del x, w
+        total += cache[key] * layers
+    return total
+
+
 def model_config(fam, args):
     return TINY[fam] if args.dry_run else FAMILIES[fam]["config"]
 
@@ -251,6 +306,7 @@ class Family:
 
     def __init__(self, tf, torch, stof, fam, args, skip, device):
         self.fam, self.problems = fam, []
+        self.gemm_times = {}  # (tokens, in, out) -> ms: gemm_floor_ms's timings
         self.cfg = model_config(fam, args)
         self.folder = tempfile.mkdtemp(prefix=f"stof_{fam}_")
         self.dtype = torch.float16 if device.type == "cuda" else torch.float32
@@ -342,6 +398,10 @@ def run_case(torch, timer, F, B, L, kind, args, skip, rate, device):
             row["problems"].append(ce.brief_error("HF dense mask", e))
     flops = 2 * F.params * row["tokens"] + attention_flops(fam, cfg, sets[0].lengths, vis_count)
     row["floor_ms"] = round(flops / (rate * 1e12) * 1e3, 4)
+    gemms = gemm_floor_ms(torch, fam, cfg, row["tokens"], device, F.gemm_times)
+    if gemms is not None:
+        attn = attention_flops(fam, cfg, sets[0].lengths, vis_count)
+        row["gemm_floor_ms"] = round(gemms + attn / (rate * 1e12) * 1e3, 4)
     sides = {}
     if F.stof is not None:
         if spec:
@@ -410,6 +470,9 @@ def summary(rows, tol):
         if padded:
             big = max(padded, key=lambda r: r["tokens"])
             out["largest_batch_vs_floor"][f] = round(big["stof_ms"] / big["floor_ms"], 3)
+            if big.get("gemm_floor_ms"):
+                out.setdefault("largest_batch_vs_gemm_floor", {})[f] = round(
+                    big["stof_ms"] / big["gemm_floor_ms"], 3)
     long_masked = []
     for r in ok:
         hf = [r[k] for k in ("hf_sdpa_ms", "hf_compile_ms") if r.get(k)]
