@@ -142,6 +142,46 @@ static __device__ __forceinline__ float attn_tanh(float x)
 /* Key minus query of element e of n-block j, less the thread's base (split 1). */
 #define ATTN_MOD_DELTA(j, e) (8 * (j) + ((e)&1) - 8 * ((e) >> 1))
 
+/* A warp's T5 scores (split 1): s = s * k + bias. rel of element e of
+ * n-block j is base + ATTN_MOD_DELTA(j, e); over the warp's 16 rows and
+ * 8 NB keys it spans [wbase - 15, wbase + 8 NB - 1], wbase being the same
+ * in every lane. A block that lies wholly past -max_distance or
+ * max_distance sees one bias (the table's end): one FFMA a score, as
+ * without a bias; one wholly inside needs no clamp, and its loads take
+ * compile-time offsets from one address: a load and an FFMA. Only the
+ * blocks straddling +-max_distance pay the clamp. At (8, 12, 512, 64) with
+ * max_distance 128, about a third of the blocks take each path. */
+template <int NB>
+static __device__ __forceinline__ void attn_t5_bias(float (&s)[NB][4], const attn_mod_ctx &c,
+                                                    int base, float k)
+{
+    const float *tab = c.tab + c.maxd;
+    const int lane = threadIdx.x & 31;
+    const int wbase = base - 2 * (lane & 3) + (lane >> 2);
+    const int lo = wbase - 15, hi = wbase + 8 * NB - 1;
+    if (hi <= -c.maxd || lo >= c.maxd) {
+        const float b = tab[hi <= -c.maxd ? -c.maxd : c.maxd];
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = fmaf(s[j][e], k, b);
+    } else if (lo >= -c.maxd && hi <= c.maxd) {
+        const float *row = tab + base;
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = fmaf(s[j][e], k, row[ATTN_MOD_DELTA(j, e)]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = fmaf(s[j][e], k, tab[min(max(base + ATTN_MOD_DELTA(j, e), -c.maxd), c.maxd)]);
+    }
+}
+
 /* One warp's 16-row block of scores, n-blocks of 8 keys in the mma.sync /
  * wgmma accumulator layout (element e of n-block j: row g + 8 (e >> 1), key
  * 8 j + 2 t + (e & 1)): each raw q.k becomes (cap(raw * scale) + bias) * out
@@ -149,28 +189,35 @@ static __device__ __forceinline__ float attn_tanh(float x)
  * row_g: the kernel row of accumulator row g; col_t: the key of column 2t of
  * n-block 0. The kind and the split are uniform: one branch a tile, and the
  * common unsplit case takes compile-time offsets (ALiBi: one FADD and one
- * FFMA a score). */
+ * FFMA a score; T5: attn_t5_bias). */
 template <int NB>
 static __device__ __forceinline__ void attn_apply_mods(float (&s)[NB][4], const attn_mod_ctx &c,
                                                        int row_g, int col_t)
 {
-    if (c.cap > 0.0f) {
+    const bool capped = c.cap > 0.0f;
+    if (capped) {
         const float in = c.scale * c.inv_cap;
 #pragma unroll
         for (int j = 0; j < NB; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 s[j][e] = c.cap * attn_tanh(s[j][e] * in);
-    } else {
-        const float k = c.scale * c.out;
+    }
+    /* what turns a score into the kernel's units: done by the cap, else here */
+    const float k = capped ? 1.0f : c.scale * c.out;
+    /* rel = key - position of the query, tokens of the sequence */
+    const int base = col_t * c.split + c.p - (row_g * c.split + c.p + c.off);
+    if (c.kind == STOF_BIAS_T5 && c.split == 1) {
+        attn_t5_bias<NB>(s, c, base, k);
+        return;
+    }
+    if (!capped) {
 #pragma unroll
         for (int j = 0; j < NB; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 s[j][e] *= k;
     }
-    /* rel = key - position of the query, tokens of the sequence */
-    const int base = col_t * c.split + c.p - (row_g * c.split + c.p + c.off);
     if (c.kind == STOF_BIAS_ALIBI && c.split == 1) {
         const float fb = (float)base;
 #pragma unroll
@@ -178,13 +225,6 @@ static __device__ __forceinline__ void attn_apply_mods(float (&s)[NB][4], const 
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 s[j][e] = fmaf(-c.slope, fabsf(fb + (float)ATTN_MOD_DELTA(j, e)), s[j][e]);
-    } else if (c.kind == STOF_BIAS_T5 && c.split == 1) {
-        const float *tab = c.tab + c.maxd;
-#pragma unroll
-        for (int j = 0; j < NB; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[j][e] += tab[min(max(base + ATTN_MOD_DELTA(j, e), -c.maxd), c.maxd)];
     } else if (c.kind == STOF_BIAS_ALIBI || c.kind == STOF_BIAS_T5) {
 #pragma unroll
         for (int j = 0; j < NB; j++)
