@@ -4,7 +4,8 @@
  * and without bias, residual-in and two-out (cpu_rmsnorm, cpu_layernorm);
  * RoPE on the q and k heads of packed QKV rows, GQA and partial rotation,
  * with the scaled frequencies of cpu_rope_freqs (cpu_rope); GLU with SiLU and
- * both GELUs (cpu_glu); embeddings without a norm; the last-token gather.
+ * both GELUs over the interleaved halves of fuse.h (cpu_glu on the halves in
+ * the checkpoint's order); embeddings without a norm; the last-token gather.
  * Fresh random inputs on the grid f16 and bf16 share, many shapes, both
  * dtypes, outputs poisoned first; bad arguments give named errors.
  */
@@ -178,6 +179,21 @@ static void test_rope(stof_ctx *ctx, test_rng *r)
 
 /* ---------------------------------------------------------------- GLU */
 
+/* Rows [a | b] of 2 inter (cpu_glu's order) as fuse_glu reads them: a's
+ * units 8q..8q+7 at columns 16q..16q+7, b's at 16q+8..16q+15. */
+static float *interleave_halves(const float *x, int64_t rows, int inter)
+{
+    float *y = host_alloc(rows * 2 * inter);
+    for (int64_t r = 0; r < rows; r++)
+        for (int i = 0; i < inter; i++) {
+            const float *row = x + r * 2 * inter;
+            float *out = y + r * 2 * inter + 16 * (i / 8) + i % 8;
+            out[0] = row[i];
+            out[8] = row[inter + i];
+        }
+    return y;
+}
+
 static void test_glu(stof_ctx *ctx, test_rng *r)
 {
     const stof_act acts[] = {ACT_SILU, ACT_GELU, ACT_GELU_TANH};
@@ -191,7 +207,9 @@ static void test_glu(stof_ctx *ctx, test_rng *r)
                     int64_t R = rows[ri];
                     float *x = grid_array(r, R * 2 * I, -3.f, 3.f), *ref = host_alloc(R * I);
                     cpu_glu(x, ref, R, I, acts[ai]);
-                    void *dx = fuse_test_upload(x, R * 2 * I, dtypes[di]);
+                    float *xi = interleave_halves(x, R, I);
+                    void *dx = fuse_test_upload(xi, R * 2 * I, dtypes[di]);
+                    free(xi);
                     void *dy = fuse_test_alloc((size_t)R * I * 2);
                     fuse_test_poison(dy, (size_t)R * I * 2);
                     char label[160];
