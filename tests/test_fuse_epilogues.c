@@ -30,6 +30,8 @@ void fuse_test_poison(void *dev, size_t bytes);
 void fuse_test_copy(void *dst, const void *src, size_t bytes);
 void fuse_test_put(void *dev, const float *host, int64_t n, stof_dtype dtype);
 void *fuse_test_upload(const float *host, int64_t n, stof_dtype dtype);
+float *fuse_test_host(int64_t n);
+float *fuse_test_grid(test_rng *r, int64_t n, float lo, float hi);
 
 static const stof_dtype dtypes[] = {STOF_F16, STOF_BF16};
 
@@ -43,25 +45,6 @@ static const struct {
 static double tolerance(stof_dtype dt)
 {
     return dt == STOF_BF16 ? 1e-2 : 5e-3;
-}
-
-static float *host_alloc(int64_t n)
-{
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!p) exit(1);
-    return p;
-}
-
-/* Values both 16-bit types hold exactly, away from zero. */
-static float *grid_array(test_rng *r, int64_t n, float lo, float hi)
-{
-    float *p = host_alloc(n);
-    for (int64_t i = 0; i < n; i++) {
-        float v = stof_bf16_to_f32(stof_f32_to_bf16(test_rng_float(r, lo, hi)));
-        if (fabsf(v) < 1.0f / 256) v = v < 0 ? -1.0f / 256 : 1.0f / 256;
-        p[i] = v;
-    }
-    return p;
 }
 
 /* The choices of a linear + act segment: gemm_bias_act's default (config
@@ -106,6 +89,23 @@ static void expect_close(const char *label, stof_status st, const void *y, stof_
           fuse_test_rel_err_detail());
 }
 
+/* y = x w^T + bias over m x n outputs, k inputs; the epilogue is the caller's. */
+static fuse_linear_args linear(stof_dtype dt, int64_t m, int n, int k, const void *x, const void *w,
+                               const void *bias, void *y)
+{
+    fuse_linear_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = dt;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.x = x;
+    a.w = w;
+    a.bias = bias;
+    a.y = y;
+    return a;
+}
+
 /* host floats -> 16-bit values of dtype, for fuse_glu_upload */
 static void *to_dtype(const float *x, int64_t n, stof_dtype dt)
 {
@@ -132,13 +132,13 @@ static void glu_shape(stof_ctx *ctx, fuse_ws ws, test_rng *r, int64_t m, int int
 {
     static const stof_act acts[] = {ACT_SILU, ACT_GELU, ACT_GELU_TANH, ACT_RELU};
     const int n = 2 * inter;
-    float *x = grid_array(r, m * k, -1.f, 1.f);
-    float *w = grid_array(r, (int64_t)n * k, -2.f / sqrtf((float)k), 2.f / sqrtf((float)k));
-    float *b = grid_array(r, n, -0.5f, 0.5f);
-    float *g = host_alloc(m * n), *ref = host_alloc(m * inter);
+    float *x = fuse_test_grid(r, m * k, -1.f, 1.f);
+    float *w = fuse_test_grid(r, (int64_t)n * k, -2.f / sqrtf((float)k), 2.f / sqrtf((float)k));
+    float *b = fuse_test_grid(r, n, -0.5f, 0.5f);
+    float *g = fuse_test_host(m * n), *ref = fuse_test_host(m * inter);
     float *ref_dev = fuse_test_alloc((size_t)m * inter * 4);
     void *y = fuse_test_alloc((size_t)m * inter * 2), *both = fuse_test_alloc((size_t)m * n * 2);
-    float *g_plain = host_alloc(m * n);
+    float *g_plain = fuse_test_host(m * n);
     cpu_linear(x, w, b, g, m, n, k, ACT_NONE);
     cpu_linear(x, w, NULL, g_plain, m, n, k, ACT_NONE);
     fuse_choice ch[16];
@@ -152,15 +152,7 @@ static void glu_shape(stof_ctx *ctx, fuse_ws ws, test_rng *r, int64_t m, int int
             cpu_glu(with_bias ? g : g_plain, ref, m, inter, acts[ai]);
             fuse_test_put(ref_dev, ref, m * inter, STOF_F32);
             for (int i = 0; i < nch; i++) {
-                fuse_linear_args a;
-                memset(&a, 0, sizeof a);
-                a.dtype = dt;
-                a.m = m;
-                a.n = n;
-                a.k = k;
-                a.x = dx;
-                a.w = dw;
-                a.bias = with_bias ? db : NULL;
+                fuse_linear_args a = linear(dt, m, n, k, dx, dw, with_bias ? db : NULL, y);
                 a.w_ready = i % 2 == 1;
                 fuse_test_poison(y, (size_t)m * inter * 2);
                 stof_status st;
@@ -172,7 +164,6 @@ static void glu_shape(stof_ctx *ctx, fuse_ws ws, test_rng *r, int64_t m, int int
                 } else {
                     a.glu = true;
                     a.act = acts[ai];
-                    a.y = y;
                     st = fuse_linear_act(ctx, &ch[i], &a, ws);
                 }
                 char what[96], label[256];
@@ -194,11 +185,11 @@ static void glu_shape(stof_ctx *ctx, fuse_ws ws, test_rng *r, int64_t m, int int
 static void residual_shape(stof_ctx *ctx, fuse_ws ws, test_rng *r, int64_t m, int n, int k,
                            bool sm90)
 {
-    float *x = grid_array(r, m * k, -1.f, 1.f);
-    float *w = grid_array(r, (int64_t)n * k, -1.f / sqrtf((float)k), 1.f / sqrtf((float)k));
-    float *b = grid_array(r, n, -0.5f, 0.5f);
-    float *res = grid_array(r, m * n, -2.f, 2.f);
-    float *ref = host_alloc(m * n);
+    float *x = fuse_test_grid(r, m * k, -1.f, 1.f);
+    float *w = fuse_test_grid(r, (int64_t)n * k, -1.f / sqrtf((float)k), 1.f / sqrtf((float)k));
+    float *b = fuse_test_grid(r, n, -0.5f, 0.5f);
+    float *res = fuse_test_grid(r, m * n, -2.f, 2.f);
+    float *ref = fuse_test_host(m * n);
     cpu_linear(x, w, b, ref, m, n, k, ACT_NONE);
     for (int64_t i = 0; i < m * n; i++)
         ref[i] += res[i];
@@ -212,17 +203,8 @@ static void residual_shape(stof_ctx *ctx, fuse_ws ws, test_rng *r, int64_t m, in
         void *db = fuse_test_upload(b, n, dt), *dres = fuse_test_upload(res, m * n, dt);
         for (int i = 0; i < nch; i++)
             for (int in_place = 0; in_place < 2; in_place++) {
-                fuse_linear_args a;
-                memset(&a, 0, sizeof a);
-                a.dtype = dt;
-                a.m = m;
-                a.n = n;
-                a.k = k;
-                a.x = dx;
-                a.w = dw;
-                a.bias = db;
+                fuse_linear_args a = linear(dt, m, n, k, dx, dw, db, y);
                 a.w_ready = true;
-                a.y = y;
                 if (in_place) { /* y holds the residual and receives the sum */
                     fuse_test_copy(y, dres, (size_t)m * n * 2);
                     a.residual = y;
@@ -249,11 +231,7 @@ static void test_refusals(stof_ctx *ctx, fuse_ws ws)
 {
     void *x = fuse_test_alloc(64 * 64 * 2), *w = fuse_test_alloc(64 * 64 * 2);
     void *y = fuse_test_alloc(64 * 64 * 2);
-    fuse_linear_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = STOF_F16;
-    a.m = 64, a.n = 64, a.k = 64;
-    a.x = x, a.w = w, a.y = y;
+    fuse_linear_args a = linear(STOF_F16, 64, 64, 64, x, w, NULL, y);
     a.glu = true;
     fuse_choice lt = {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0};
     fuse_choice st = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0};
