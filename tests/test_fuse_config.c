@@ -458,6 +458,10 @@ static void test_argument_checks(void)
     CHECK_STATUS(fuse_lt_gemm(ctx, &a, ACT_GELU, NULL, ws), STOF_ERR_UNSUPPORTED);
     CHECK(message_has("tanh"), "message: %s", stof_last_error());
     CHECK_STATUS(fuse_lt_gemm(ctx, &a, ACT_RELU, a.residual, ws), STOF_ERR_INVALID_ARG);
+    a.glu = true;
+    CHECK_STATUS(fuse_lt_gemm(ctx, &a, ACT_NONE, NULL, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("GLU"), "message: %s", stof_last_error());
+    a.glu = false;
     fuse_ws odd_ws = {P(0x20000010), 1 << 20};
     CHECK_STATUS(fuse_lt_gemm(ctx, &a, ACT_NONE, NULL, odd_ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("256-byte"), "message: %s", stof_last_error());
