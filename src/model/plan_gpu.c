@@ -111,7 +111,7 @@ fuse_linear_args eng_segment_args(const stof_model *m, int l, int seg, int64_t T
     case TUNE_SEG_FFN1:
         a.n = glu ? 2 * I : I, a.k = H, a.w = w->mlp_in, a.bias = w->mlp_in_b, a.y = g->inter;
         a.x = g->bert ? g->x : g->h;
-        a.act = glu ? ACT_NONE : ld->act; /* a GLU's activation runs in fuse_glu */
+        a.act = glu ? ACT_NONE : ld->act; /* a GLU's: fuse_glu's, or the GLU epilogue's */
         break;
     default: /* TUNE_SEG_FFN2 */
         a.n = H, a.k = I, a.x = glu ? g->gated : g->inter, a.w = w->down, a.bias = w->down_b;
