@@ -7,3 +7,5 @@ stof_add_test(test_fuse_gemm SOURCES test_fuse_gemm.c test_fuse_dev.cu PARTS cor
               LABELS gpu TIMEOUT 300)
 stof_add_test(test_fuse_decoder SOURCES test_fuse_decoder.c test_fuse_dev.cu PARTS core cpu fuse
               LABELS gpu)
+stof_add_test(test_fuse_epilogues SOURCES test_fuse_epilogues.c test_fuse_dev.cu
+              PARTS core cpu fuse LABELS gpu TIMEOUT 300)

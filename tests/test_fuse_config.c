@@ -390,6 +390,32 @@ static void test_argument_checks(void)
     uncompiled.config.stages = 7;
     CHECK_STATUS(fuse_linear_act(ctx, &uncompiled, &a, ws), STOF_ERR_INVALID_ARG);
 
+    /* the GLU and residual epilogues */
+    a = linear_args();
+    a.glu = true;
+    CHECK_STATUS(fuse_linear_act(ctx, &lt, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("no GLU epilogue"), "message: %s", stof_last_error());
+    a.residual = NULL;
+    a.n = 776; /* not whole pairs of GLU blocks */
+    CHECK_STATUS(fuse_linear_act(ctx, &st, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("multiple of 16"), "message: %s", stof_last_error());
+    a.n = 768;
+    a.residual = P(0x4000000); /* a GLU takes no residual */
+    CHECK_STATUS(fuse_linear_act(ctx, &st, &a, ws), STOF_ERR_INVALID_ARG);
+    a = linear_args();
+    a.act = ACT_GELU; /* a residual goes with act none */
+    CHECK_STATUS(fuse_linear_act(ctx, &st, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("act none"), "message: %s", stof_last_error());
+    a = linear_args();
+    a.residual = P(0x7000000 + 256); /* partly over y */
+    CHECK_STATUS(fuse_linear_act(ctx, &lt, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("partly overlaps residual"), "message: %s", stof_last_error());
+    fuse_choice cut = lt;
+    cut.splits = 2; /* linear + act segments run uncut */
+    a = linear_args();
+    CHECK_STATUS(fuse_linear_act(ctx, &cut, &a, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("uncut"), "message: %s", stof_last_error());
+
     /* gemm_sm90: unavailable on this claimed GPU (cc 0.0), refused before any
      * CUDA call; misused with the other segments, refused by template */
     fuse_choice hopper = {FUSE_PATH_STOF, fuse_config_list(FUSE_TPL_GEMM_SM90, NULL)[0], 0, 0};
@@ -432,6 +458,10 @@ static void test_argument_checks(void)
     CHECK_STATUS(fuse_lt_gemm(ctx, &a, ACT_GELU, NULL, ws), STOF_ERR_UNSUPPORTED);
     CHECK(message_has("tanh"), "message: %s", stof_last_error());
     CHECK_STATUS(fuse_lt_gemm(ctx, &a, ACT_RELU, a.residual, ws), STOF_ERR_INVALID_ARG);
+    a.glu = true;
+    CHECK_STATUS(fuse_lt_gemm(ctx, &a, ACT_NONE, NULL, ws), STOF_ERR_INVALID_ARG);
+    CHECK(message_has("GLU"), "message: %s", stof_last_error());
+    a.glu = false;
     fuse_ws odd_ws = {P(0x20000010), 1 << 20};
     CHECK_STATUS(fuse_lt_gemm(ctx, &a, ACT_NONE, NULL, odd_ws), STOF_ERR_INVALID_ARG);
     CHECK(message_has("256-byte"), "message: %s", stof_last_error());

@@ -4,7 +4,8 @@
  * and without bias, residual-in and two-out (cpu_rmsnorm, cpu_layernorm);
  * RoPE on the q and k heads of packed QKV rows, GQA and partial rotation,
  * with the scaled frequencies of cpu_rope_freqs (cpu_rope); GLU with SiLU and
- * both GELUs (cpu_glu); embeddings without a norm; the last-token gather.
+ * both GELUs over the interleaved halves of fuse.h (cpu_glu on the halves in
+ * the checkpoint's order); embeddings without a norm; the last-token gather.
  * Fresh random inputs on the grid f16 and bf16 share, many shapes, both
  * dtypes, outputs poisoned first; bad arguments give named errors.
  */
@@ -25,31 +26,14 @@ void fuse_test_poison(void *dev, size_t bytes);
 void fuse_test_put_bytes(void *dev, const void *host, size_t bytes);
 void *fuse_test_upload(const float *host, int64_t n, stof_dtype dtype);
 void fuse_test_get(float *host, const void *dev, int64_t n, stof_dtype dtype);
+float *fuse_test_host(int64_t n);
+float *fuse_test_grid(test_rng *r, int64_t n, float lo, float hi);
 
 static const stof_dtype dtypes[] = {STOF_F16, STOF_BF16};
 
 static double tolerance(stof_dtype dt)
 {
     return dt == STOF_BF16 ? 1e-2 : 5e-3;
-}
-
-static float *host_alloc(int64_t n)
-{
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!p) exit(1);
-    return p;
-}
-
-/* Values both 16-bit types hold exactly, away from zero. */
-static float *grid_array(test_rng *r, int64_t n, float lo, float hi)
-{
-    float *p = host_alloc(n);
-    for (int64_t i = 0; i < n; i++) {
-        float v = stof_bf16_to_f32(stof_f32_to_bf16(test_rng_float(r, lo, hi)));
-        if (fabsf(v) < 1.0f / 256) v = v < 0 ? -1.0f / 256 : 1.0f / 256;
-        p[i] = v;
-    }
-    return p;
 }
 
 static int32_t *dev_i32(const int32_t *host, int64_t n)
@@ -78,9 +62,9 @@ static void norm_case(stof_ctx *ctx, test_rng *r, stof_dtype dt, fuse_norm_kind 
 {
     const float eps = kind == FUSE_NORM_RMS ? 1e-6f : 1e-5f;
     int64_t n = rows * cols;
-    float *x = grid_array(r, n, -2.f, 2.f), *res = grid_array(r, n, -2.f, 2.f);
-    float *g = grid_array(r, cols, 0.5f, 1.5f), *b = grid_array(r, cols, -0.5f, 0.5f);
-    float *ref = host_alloc(n), *sum = host_alloc(n);
+    float *x = fuse_test_grid(r, n, -2.f, 2.f), *res = fuse_test_grid(r, n, -2.f, 2.f);
+    float *g = fuse_test_grid(r, cols, 0.5f, 1.5f), *b = fuse_test_grid(r, cols, -0.5f, 0.5f);
+    float *ref = fuse_test_host(n), *sum = fuse_test_host(n);
     const float *rp = with_res ? res : NULL;
     if (kind == FUSE_NORM_RMS)
         cpu_rmsnorm(x, rp, with_gamma ? g : NULL, ref, rows, cols, eps);
@@ -139,7 +123,7 @@ static void rope_case(stof_ctx *ctx, test_rng *r, stof_dtype dt, int64_t T, int 
                       int D, int rot_dim, int scaling, float theta, int max_pos)
 {
     int64_t stride = (int64_t)(heads + 2 * kv) * D, n = T * stride;
-    float *x = grid_array(r, n, -2.f, 2.f), *ref = host_alloc(n);
+    float *x = fuse_test_grid(r, n, -2.f, 2.f), *ref = fuse_test_host(n);
     int32_t *pos = malloc((size_t)(T > 0 ? T : 1) * 4);
     for (int64_t t = 0; t < T; t++)
         pos[t] = (int32_t)test_rng_int(r, 0, max_pos - 1);
@@ -178,6 +162,21 @@ static void test_rope(stof_ctx *ctx, test_rng *r)
 
 /* ---------------------------------------------------------------- GLU */
 
+/* Rows [a | b] of 2 inter (cpu_glu's order) as fuse_glu reads them: a's
+ * units 8q..8q+7 at columns 16q..16q+7, b's at 16q+8..16q+15. */
+static float *interleave_halves(const float *x, int64_t rows, int inter)
+{
+    float *y = fuse_test_host(rows * 2 * inter);
+    for (int64_t r = 0; r < rows; r++)
+        for (int i = 0; i < inter; i++) {
+            const float *row = x + r * 2 * inter;
+            float *out = y + r * 2 * inter + 16 * (i / 8) + i % 8;
+            out[0] = row[i];
+            out[8] = row[inter + i];
+        }
+    return y;
+}
+
 static void test_glu(stof_ctx *ctx, test_rng *r)
 {
     const stof_act acts[] = {ACT_SILU, ACT_GELU, ACT_GELU_TANH};
@@ -189,9 +188,12 @@ static void test_glu(stof_ctx *ctx, test_rng *r)
                 for (size_t ri = 0; ri < 3; ri++) {
                     int I = inters[ii];
                     int64_t R = rows[ri];
-                    float *x = grid_array(r, R * 2 * I, -3.f, 3.f), *ref = host_alloc(R * I);
+                    float *x = fuse_test_grid(r, R * 2 * I, -3.f, 3.f),
+                          *ref = fuse_test_host(R * I);
                     cpu_glu(x, ref, R, I, acts[ai]);
-                    void *dx = fuse_test_upload(x, R * 2 * I, dtypes[di]);
+                    float *xi = interleave_halves(x, R, I);
+                    void *dx = fuse_test_upload(xi, R * 2 * I, dtypes[di]);
+                    free(xi);
                     void *dy = fuse_test_alloc((size_t)R * I * 2);
                     fuse_test_poison(dy, (size_t)R * I * 2);
                     char label[160];
@@ -215,10 +217,10 @@ static void test_embed_sum(stof_ctx *ctx, test_rng *r)
             for (int with_pos = 0; with_pos < 2; with_pos++) {
                 int H = hiddens[hi], V = 1000, P = 300;
                 int64_t T = (int64_t)test_rng_int(r, 1, 700);
-                float *word = grid_array(r, (int64_t)V * H, -1.f, 1.f);
-                float *pt = grid_array(r, (int64_t)P * H, -1.f, 1.f);
+                float *word = fuse_test_grid(r, (int64_t)V * H, -1.f, 1.f);
+                float *pt = fuse_test_grid(r, (int64_t)P * H, -1.f, 1.f);
                 int32_t *ids = malloc((size_t)T * 4), *ps = malloc((size_t)T * 4);
-                float *ref = host_alloc(T * H); /* one rounding of the sum apart */
+                float *ref = fuse_test_host(T * H); /* one rounding of the sum apart */
                 for (int64_t t = 0; t < T; t++) {
                     ids[t] = (int32_t)test_rng_int(r, 0, V - 1);
                     ps[t] = (int32_t)test_rng_int(r, 0, P - 1);
@@ -244,7 +246,7 @@ static void test_embed_sum(stof_ctx *ctx, test_rng *r)
                 fuse_test_put_bytes(dids, ids, 4);
                 CHECK_OK(fuse_embed_sum(ctx, dt, dw, V, with_pos ? dpt : NULL, P, H, dids,
                                         with_pos ? dps : NULL, T, out));
-                float *row = host_alloc(H);
+                float *row = fuse_test_host(H);
                 fuse_test_get(row, out, H, dt);
                 CHECK(isnan(row[0]) && isnan(row[H - 1]), "%s: bad id gives %g, not NaN", label,
                       (double)row[0]);
@@ -266,7 +268,8 @@ static void test_gather_last(stof_ctx *ctx, test_rng *r)
                 for (int b = 0; b < B; b++)
                     lengths[b] = b % 5 == 3 ? 0 : (int32_t)test_rng_int(r, 1, 200);
                 int64_t T = cpu_cu_seqlens(lengths, B, cu);
-                float *packed = grid_array(r, T * W, -1.f, 1.f), *ref = host_alloc((int64_t)B * W);
+                float *packed = fuse_test_grid(r, T * W, -1.f, 1.f),
+                      *ref = fuse_test_host((int64_t)B * W);
                 for (int b = 0; b < B; b++)
                     for (int c = 0; c < W; c++)
                         ref[(int64_t)b * W + c] =

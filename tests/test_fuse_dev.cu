@@ -5,7 +5,8 @@
  * an fp32 reference already on the device, so that comparing a 16384 x 4096
  * output costs milliseconds instead of a host round trip. Any non-finite
  * output value makes the error infinite, and fuse_test_rel_err_detail() then
- * says where the first one is and what it holds.
+ * says where the first one is and what it holds. Also the host inputs the
+ * tests share: fuse_test_grid's values, which both 16-bit types hold.
  *
  * The non-obvious choice: every helper returns only once its device work is
  * complete. The operators under test run on the ctx's stream, which is
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "testlib.h"
 
 /* Wait for all device work; a device error here is fatal for the test run. */
 static void finish_or_die(const char *what)
@@ -288,4 +290,29 @@ extern "C" void fuse_test_get(float *host, const void *dev, int64_t n, stof_dtyp
     for (int64_t i = 0; i < n; i++)
         host[i] = stof_load_f(tmp, dtype, i);
     free(tmp);
+}
+
+/* n host floats (at least one); out of memory ends the test run. */
+extern "C" float *fuse_test_host(int64_t n)
+{
+    float *p = (float *)malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "fuse_test_host: out of host memory (%lld floats)\n", (long long)n);
+        exit(1);
+    }
+    return p;
+}
+
+/* n values uniform in [lo, hi) rounded to bf16, so that f16 holds them
+ * exactly too and one fp32 reference serves both dtypes; magnitudes below
+ * 2^-8 move to +-2^-8 (bf16 and f16 share no finer grid there). */
+extern "C" float *fuse_test_grid(test_rng *r, int64_t n, float lo, float hi)
+{
+    float *p = fuse_test_host(n);
+    for (int64_t i = 0; i < n; i++) {
+        float v = stof_bf16_to_f32(stof_f32_to_bf16(test_rng_float(r, lo, hi)));
+        if (fabsf(v) < 1.0f / 256) v = v < 0 ? -1.0f / 256 : 1.0f / 256;
+        p[i] = v;
+    }
+    return p;
 }

@@ -347,14 +347,15 @@ typedef struct counting_sink {
 } counting_sink;
 
 static stof_status counting_put(weight_sink *sink, const char *what, void **slot,
-                                const void *src, size_t bytes)
+                                const void *src, size_t bytes, int glu_half)
 {
     counting_sink *c = sink->user;
     c->puts++;
+    if (glu_half != 0) return stof_error(STOF_ERR_INTERNAL, "BERT has no GLU, yet %s is one", what);
     if (c->puts == 1) snprintf(c->first, sizeof c->first, "%s", what);
     snprintf(c->last, sizeof c->last, "%s", what);
     if (c->puts == c->fail_at) return stof_error(STOF_ERR_OOM, "sink full at %s", what);
-    return c->host.put(&c->host, what, slot, src, bytes);
+    return c->host.put(&c->host, what, slot, src, bytes, glu_half);
 }
 
 /* Element i of a canonical tensor in dtype, as the run dtype rounds ref. */

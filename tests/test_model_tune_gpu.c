@@ -8,8 +8,9 @@
  * anew) must equal the untuned one within the tuner's own tolerance and HF's
  * outputs within the golden test's. A requested plan that puts all four
  * GEMM segments on the stof template (what a search may pick) is checked
- * against HF too, so the template path of pre-norm layers is covered
- * whatever the search chooses, and so are plans that run each layer mask
+ * against HF too, so the template path of pre-norm layers (their GLU and
+ * residual epilogues) is covered whatever the search chooses, on a Hopper
+ * also with all four on gemm_sm90, and so are plans that run each layer mask
  * kind's attention on its own kernel. Outputs are poisoned before every run.
  */
 #include "attn/attn.h"
@@ -80,6 +81,25 @@ static stof_model *load(stof_ctx *ctx, const char *name)
     return m;
 }
 
+static tune_seg seg_of(const fuse_config *c)
+{
+    return (tune_seg){1,          0,          (int)c->tpl, c->block_m, c->block_n,
+                      c->block_k, c->warps_m, c->warps_n,  c->stages};
+}
+
+/* Every GEMM segment on gemm_sm90, each in its rule-based config: its
+ * residual epilogue (out-projection, FFN2) and GLU epilogue (FFN1). */
+static void sm90_plan(const stof_ctx *ctx, const tune_case *c, int64_t rows, tune_plan *p)
+{
+    tune_plan_default(p);
+    for (int s = 0; s < TUNE_NSEG; s++) {
+        fuse_config d =
+            fuse_config_default(FUSE_TPL_GEMM_SM90, rows, c->shape[s][0], c->shape[s][1],
+                                ctx->sm_count, ctx->smem_per_block_optin);
+        p->seg[s] = seg_of(&d);
+    }
+}
+
 /* Every GEMM segment on the GEMM + bias + activation template, in the first
  * listed config that fits all four shapes; false when none does. */
 static bool template_plan(const stof_ctx *ctx, const tune_case *c, int64_t rows, tune_plan *p)
@@ -95,15 +115,7 @@ static bool template_plan(const stof_ctx *ctx, const tune_case *c, int64_t rows,
         stof_clear_error();
         if (!fits) continue;
         for (int s = 0; s < TUNE_NSEG; s++)
-            p->seg[s] = (tune_seg){1,
-                                   0,
-                                   (int)list[i].tpl,
-                                   list[i].block_m,
-                                   list[i].block_n,
-                                   list[i].block_k,
-                                   list[i].warps_m,
-                                   list[i].warps_n,
-                                   list[i].stages};
+            p->seg[s] = seg_of(&list[i]);
         return true;
     }
     return false;
@@ -187,6 +199,14 @@ static void run_case(stof_ctx *ctx, const tune_case *c)
     CHECK(e2 <= tol_hf && same <= tol_same, "%s template plan: err vs HF %.3g, vs cuBLASLt %.3g",
           c->name, e2, same);
     printf("%s: err vs HF untuned %.2e, tuned %.2e, all-template %.2e\n", c->name, e0, e1, e2);
+    if (fuse_sm90_available(ctx)) { /* and every GEMM segment on the Hopper template */
+        sm90_plan(ctx, c, family_golden_tokens(&b.g), &p);
+        CHECK_OK(run(m, &b, &p, tuned));
+        double e4 = vs_hf(&b, tuned, H);
+        same = test_rel_err(tuned, untuned, b.n);
+        CHECK(e4 <= tol_hf && same <= tol_same,
+              "%s gemm_sm90 plan: err vs HF %.3g, vs the untuned plan %.3g", c->name, e4, same);
+    }
 
     /* Each layer mask kind's attention on a kernel of its own: row-wise for one
      * kind, the selector for the other (the plan carries one per kind). */

@@ -6,6 +6,8 @@
  */
 #include "fuse/internal.h"
 
+#include <cuda_runtime_api.h>
+
 stof_status fuse_norm(stof_ctx *ctx, stof_dtype dtype, fuse_norm_kind kind, int64_t rows, int cols,
                       const void *x, const void *residual, const void *gamma, const void *beta,
                       float eps, void *y, void *sum_out)
@@ -79,6 +81,27 @@ stof_status fuse_glu(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int inter, c
     STOF_REQUIRE(!fuse_overlap(x, (size_t)rows * inter * 4, y, (size_t)rows * inter * 2),
                  STOF_ERR_INVALID_ARG, "%s: y overlaps x", what);
     return fuse_launch_glu(ctx, dtype, rows, inter, x, act, y);
+}
+
+/* Each half is inter / FUSE_GLU_BLOCK blocks of rows: one strided copy puts
+ * a's blocks at even block slots of dst and one b's at odd ones. */
+stof_status fuse_glu_upload(stof_ctx *ctx, void *dst, const void *src, int inter, size_t row_bytes)
+{
+    const char *what = "fuse_glu_upload";
+    STOF_TRY(fuse_check_ctx(ctx, what));
+    STOF_REQUIRE(dst && src, STOF_ERR_INVALID_ARG, "%s: dst or src is NULL", what);
+    STOF_REQUIRE(inter >= FUSE_GLU_BLOCK && inter % FUSE_GLU_BLOCK == 0 && row_bytes > 0,
+                 STOF_ERR_SHAPE,
+                 "%s: inter %d is not a positive multiple of %d (rows of %zu bytes)", what, inter,
+                 FUSE_GLU_BLOCK, row_bytes);
+    const size_t block = FUSE_GLU_BLOCK * row_bytes;
+    const size_t blocks = (size_t)inter / FUSE_GLU_BLOCK;
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    for (int half = 0; half < 2; half++)
+        STOF_CUDA_TRY(cudaMemcpy2DAsync((char *)dst + half * block, 2 * block,
+                                        (const char *)src + half * blocks * block, block, block,
+                                        blocks, cudaMemcpyHostToDevice, s));
+    return STOF_CUDA(cudaStreamSynchronize(s));
 }
 
 stof_status fuse_embed_sum(stof_ctx *ctx, stof_dtype dtype, const void *word, int vocab,

@@ -100,7 +100,10 @@ extern "C" stof_status fuse_launch_rope(stof_ctx *ctx, stof_dtype dtype, void *x
 
 /* ---------------------------------------------------------------- GLU */
 
-/* y[r, 8v..] = act(x[r, 8v..]) * x[r, inter + 8v..], 8-element vectors. */
+/* y[r, 8v..] = act(a) * b with a = x[r, 16v..] and b = x[r, 16v + 8..] (the
+ * interleaved layout of fuse.h, FUSE_GLU_BLOCK 8), 8-element vectors. */
+static_assert(FUSE_GLU_BLOCK == 8, "one 8-element vector per half");
+
 template <typename T>
 __global__ void glu_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int inter,
                            int act)
@@ -112,11 +115,11 @@ __global__ void glu_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t r
         const int64_t r = k / rv;
         const int c = (int)(k % rv) * 8;
         float a[8], b[8];
-        load8(a, x + r * 2 * inter + c);
-        load8(b, x + r * 2 * inter + inter + c);
+        load8(a, x + r * 2 * inter + 2 * c);
+        load8(b, x + r * 2 * inter + 2 * c + FUSE_GLU_BLOCK);
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            a[j] = act_apply(a[j], act) * b[j];
+            a[j] = glu_apply(a[j], b[j], act);
         store8(y + r * inter + c, a);
     }
 }

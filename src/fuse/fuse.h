@@ -122,7 +122,8 @@ typedef struct fuse_linear_args {
     const void *w;            /* [n, k] */
     const void *bias;         /* [n], or NULL */
     stof_act act;             /* linear_act only */
-    const void *residual;     /* [m, n]: linear_res_ln only; may equal y */
+    const void *residual;     /* [m, n] or NULL; may equal y: linear_res_ln, and linear_act
+                                 with act none (added after the bias) */
     const void *gamma, *beta; /* [n]: linear_res_ln only */
     float eps;                /* LayerNorm epsilon, > 0 */
     void *y;                  /* [m, n]; must not overlap x */
@@ -136,6 +137,9 @@ typedef struct fuse_linear_args {
                                  not needed. gemm_sm90 skips its row tiles that start
                                  there and its LayerNorm those rows (left as they were);
                                  other paths compute them */
+    bool glu;                 /* linear_act, path STOF only: w's rows and the bias hold a
+                                 GLU's two halves a, b interleaved (FUSE_GLU_BLOCK); y is
+                                 [m, n / 2] = act(a) * b, n a multiple of 2 FUSE_GLU_BLOCK */
 } fuse_linear_args;
 
 /* The feed-forward block y = LN(act(x w1^T + b1) w2^T + b2 + residual). */
@@ -179,7 +183,11 @@ typedef struct fuse_choice {
 
 /* QKV and FFN1: y = act(x w^T + b). ws feeds cuBLASLt (may be empty). Path
  * STOF runs config.tpl GEMM_SM90 when given, else GEMM_BIAS_ACT (NONE: its
- * default). */
+ * default). With args->glu (path STOF): y = act(a) * b of the interleaved
+ * halves. With args->residual (act NONE, no glu): y = x w^T + b + residual,
+ * residual equal to y or apart from it; no K split (choice->splits <= 1), so
+ * each element of y is read as residual and written by the same thread or
+ * cuBLASLt's epilogue (beta = 1), which makes y = residual in place safe. */
 stof_status fuse_linear_act(stof_ctx *ctx, const fuse_choice *choice, const fuse_linear_args *args,
                             fuse_ws ws);
 /* Attention output projection and FFN2: y = LN(x w^T + b + residual). */
@@ -355,8 +363,25 @@ stof_status fuse_norm(stof_ctx *ctx, stof_dtype dtype, fuse_norm_kind kind, int6
 stof_status fuse_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens, int heads,
                       int head_dim, int64_t row_stride, const int32_t *positions,
                       const float *inv_freq, int rot_dim);
-/* y[r, i] = act(x[r, i]) * x[r, inter + i]; x [rows, 2 inter], y [rows, inter]
- * (inter a multiple of 8); y must not overlap x. */
+/*
+ * The GPU layout of a GLU's up projection: on the device the rows of w
+ * [2 inter, k] (and of its bias) interleave the two halves in blocks of
+ * FUSE_GLU_BLOCK, a's block first: rows 16q..16q+7 are a's rows 8q..8q+7
+ * (the activated half, first in the checkpoint's order) and rows
+ * 16q+8..16q+15 b's. A GEMM's accumulator fragments (wgmma and mma.sync
+ * alike) hold 8-column steps whose thread-local pairs of adjacent columns
+ * then meet a's and b's of the same two units in one thread, so the GEMM
+ * epilogue writes act(a) * b as 16-bit pairs (fuse_linear_args.glu).
+ */
+#define FUSE_GLU_BLOCK 8
+/* Copies host rows [2 inter][row_bytes] in the checkpoint's order (a's inter
+ * rows, then b's) into device memory dst in the interleaved layout: a
+ * weight (row_bytes: k elements of 2 bytes) or a bias (one element).
+ * inter a multiple of FUSE_GLU_BLOCK. Synchronous on ctx's stream. */
+stof_status fuse_glu_upload(stof_ctx *ctx, void *dst, const void *src, int inter, size_t row_bytes);
+/* y[r, i] = act(a[r, i]) * b[r, i] from x [rows, 2 inter] in the interleaved
+ * layout (a's units 8q..8q+7 at columns 16q..16q+7, b's at 16q+8..16q+15),
+ * y [rows, inter] (inter a multiple of 8); y must not overlap x. */
 stof_status fuse_glu(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int inter, const void *x,
                      stof_act act, void *y);
 /* out[t] = word[ids[t]] (+ position[positions[t]] when position is not NULL)

@@ -60,6 +60,12 @@
  * normalise waited and the rest exited, leaving their SMs to the next GEMM's
  * early weight fetch.
  *
+ * Two more epilogues: a residual added after the bias (act none; the
+ * pre-norm layers' x = x + a w^T + b, residual and y the same buffer, each
+ * element read by the thread that writes it), and a GLU (fuse.h's
+ * FUSE_GLU_BLOCK layout of w: 8-column steps 2q and 2q + 1 are the two
+ * halves of the same units) storing act(a) * b, half as wide as the GEMM.
+ *
  * The tensor maps are encoded on the host for each call (cuTensorMapEncodeTiled
  * through the runtime's driver entry point: no libcuda link) and passed as
  * __grid_constant__ parameters, so they depend only on the call's pointers and
@@ -230,21 +236,81 @@ static __device__ __forceinline__ void tile_fragments(int64_t row0, int col0, in
     }
 }
 
-/* y = act(acc + bias) for the warpgroup's tile fragments (tile_fragments). */
-template <typename T, int BN, int ACT>
-static __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], const T *bias, T *y,
-                                                  int64_t row0, int col0, int64_t m, int n)
+/* y = act(acc + bias) (+ residual where RES) for the warpgroup's tile
+ * fragments (tile_fragments). residual may be y: each element is read by the
+ * thread that then writes it. */
+template <typename T, int BN, int ACT, bool RES>
+static __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], const T *bias,
+                                                  const T *residual, T *y, int64_t row0, int col0,
+                                                  int64_t m, int n)
 {
     tile_fragments<BN>(row0, col0, m, n,
                        [&](int col, int64_t lo, int64_t hi, bool lo_ok, bool hi_ok, int j) {
                            const float2 b = bias ? load2(bias + col) : make_float2(0.f, 0.f);
-                           if (lo_ok)
-                               store2(y + lo, act_apply(acc[4 * j] + b.x, ACT),
-                                      act_apply(acc[4 * j + 1] + b.y, ACT));
-                           if (hi_ok)
-                               store2(y + hi, act_apply(acc[4 * j + 2] + b.x, ACT),
-                                      act_apply(acc[4 * j + 3] + b.y, ACT));
+                           if (lo_ok) {
+                               const float2 r = RES ? load2(residual + lo) : make_float2(0.f, 0.f);
+                               store2(y + lo, act_apply(acc[4 * j] + b.x, ACT) + r.x,
+                                      act_apply(acc[4 * j + 1] + b.y, ACT) + r.y);
+                           }
+                           if (hi_ok) {
+                               const float2 r = RES ? load2(residual + hi) : make_float2(0.f, 0.f);
+                               store2(y + hi, act_apply(acc[4 * j + 2] + b.x, ACT) + r.x,
+                                      act_apply(acc[4 * j + 3] + b.y, ACT) + r.y);
+                           }
                        });
+}
+
+/* y [m, n / 2] = act(a + bias) * (b + bias) for the warpgroup's tile
+ * fragments, w's rows in the GLU layout of fuse.h (FUSE_GLU_BLOCK 8): the
+ * 8-column steps 2q and 2q + 1 are a's and b's of the same 8 units, so each
+ * thread's pairs d[8q], d[8q+1] (a) and d[8q+4], d[8q+5] (b) make two
+ * adjacent outputs of its row, and likewise d[8q+2..] for the row 8 below. */
+template <typename T, int BN, int ACT>
+static __device__ __forceinline__ void store_tile_glu(const float (&acc)[BN / 2], const T *bias,
+                                                      T *y, int64_t row0, int col0, int64_t m,
+                                                      int n)
+{
+    static_assert(FUSE_GLU_BLOCK == 8, "a GLU block is one 8-column step");
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+    const int64_t r_lo = row0 + warp * 16 + (lane >> 2);
+    const bool lo_ok = r_lo < m, hi_ok = r_lo + 8 < m;
+    const int half = n / 2, t2 = 2 * (lane & 3);
+    const int64_t lo = r_lo * half + col0 / 2 + t2, hi = lo + 8 * (int64_t)half;
+#pragma unroll
+    for (int q = 0; q < BN / 16; q++) {
+        const int col = col0 + 16 * q + t2; /* a's column; b's is 8 on */
+        if (col >= n) continue;             /* n is a multiple of 16: b's is inside too */
+        const float2 ba = bias ? load2(bias + col) : make_float2(0.f, 0.f);
+        const float2 bb = bias ? load2(bias + col + 8) : make_float2(0.f, 0.f);
+        const float *d = acc + 8 * q;
+        if (lo_ok)
+            store2(y + lo + 8 * q, glu_apply(d[0] + ba.x, d[4] + bb.x, ACT),
+                   glu_apply(d[1] + ba.y, d[5] + bb.y, ACT));
+        if (hi_ok)
+            store2(y + hi + 8 * q, glu_apply(d[2] + ba.x, d[6] + bb.x, ACT),
+                   glu_apply(d[3] + ba.y, d[7] + bb.y, ACT));
+    }
+}
+
+/* The epilogue of a tile: the activation a template argument, the GLU or
+ * (act none) the residual where asked for. */
+template <typename T, int BN, bool GLU>
+static __device__ __forceinline__ void store_act(const float (&acc)[BN / 2], int act, const T *bias,
+                                                 T *y, int64_t row0, int col0, int64_t m, int n)
+{
+#define SM90_STORE(A)                                                                              \
+    if constexpr (GLU)                                                                             \
+        store_tile_glu<T, BN, A>(acc, bias, y, row0, col0, m, n);                                  \
+    else                                                                                           \
+        store_tile<T, BN, A, false>(acc, bias, NULL, y, row0, col0, m, n);
+    switch (act) {
+    case ACT_GELU: SM90_STORE(ACT_GELU) break;
+    case ACT_GELU_TANH: SM90_STORE(ACT_GELU_TANH) break;
+    case ACT_RELU: SM90_STORE(ACT_RELU) break;
+    case ACT_SILU: SM90_STORE(ACT_SILU) break;
+    default: SM90_STORE(ACT_NONE) break;
+    }
+#undef SM90_STORE
 }
 
 /* parts[r, c] = acc for the warpgroup's tile fragments of an fp32 [m, n]
@@ -276,8 +342,9 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
                                   sm90_traits<BN, WG, STAGES>::CTAS_PER_SM)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_x,
                      const __grid_constant__ CUtensorMap map_w, const T *__restrict__ bias,
-                     T *__restrict__ y, int64_t m, int n, int k, int act, int w_ready,
-                     int kslice, float *__restrict__ parts, const int32_t *__restrict__ live)
+                     const T *residual, T *y, int64_t m, int n, int k, int act, int glu,
+                     int w_ready, int kslice, float *__restrict__ parts,
+                     const int32_t *__restrict__ live)
 {
     typedef sm90_traits<BN, WG, STAGES> G;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -403,15 +470,12 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
             store_tile_f32<BN>(acc, parts + (int64_t)(item / tiles) * m * n, row0, col0, m, n);
             continue;
         }
-        switch (act) {
-        case ACT_GELU: store_tile<T, BN, ACT_GELU>(acc, bias, y, row0, col0, m, n); break;
-        case ACT_GELU_TANH:
-            store_tile<T, BN, ACT_GELU_TANH>(acc, bias, y, row0, col0, m, n);
-            break;
-        case ACT_RELU: store_tile<T, BN, ACT_RELU>(acc, bias, y, row0, col0, m, n); break;
-        case ACT_SILU: store_tile<T, BN, ACT_SILU>(acc, bias, y, row0, col0, m, n); break;
-        default: store_tile<T, BN, ACT_NONE>(acc, bias, y, row0, col0, m, n); break;
-        }
+        if (glu)
+            store_act<T, BN, true>(acc, act, bias, y, row0, col0, m, n);
+        else if (residual)
+            store_tile<T, BN, ACT_NONE, true>(acc, bias, residual, y, row0, col0, m, n);
+        else
+            store_act<T, BN, false>(acc, act, bias, y, row0, col0, m, n);
     }
 }
 
@@ -436,8 +500,9 @@ static stof_status launch_gemm_sm90(stof_ctx *ctx, const fuse_linear_args *a, in
     typedef sm90_traits<BN, WG, STAGES> G;
     static int opted[64];
     static int resident[64]; /* CTAs per SM, per device */
-    void (*kernel)(const CUtensorMap, const CUtensorMap, const T *, T *, int64_t, int, int, int,
-                   int, int, float *, const int32_t *) = gemm_sm90_kernel<T, BN, WG, STAGES>;
+    void (*kernel)(const CUtensorMap, const CUtensorMap, const T *, const T *, T *, int64_t, int,
+                   int, int, int, int, int, float *, const int32_t *) =
+        gemm_sm90_kernel<T, BN, WG, STAGES>;
     STOF_CUDA_TRY(smem_opt_in(kernel, G::SMEM, ctx->gpu_index, opted));
     const int dev = ctx->gpu_index;
     int per_sm = dev >= 0 && dev < 64 ? resident[dev] : 0;
@@ -460,14 +525,14 @@ static stof_status launch_gemm_sm90(stof_ctx *ctx, const fuse_linear_args *a, in
     const int64_t items = stof_cdiv(a->m, G::BM) * stof_cdiv(a->n, BN) * (parts ? splits : 1);
     const int64_t slots = (int64_t)per_sm * ctx->sm_count;
     const unsigned grid = (unsigned)(items < slots ? items : slots);
-    const T *bias = (const T *)a->bias;
+    const T *bias = (const T *)a->bias, *residual = (const T *)a->residual;
     T *y = (T *)a->y;
     int64_t m = a->m;
-    int n = a->n, k = a->k, act = (int)a->act, w_ready = a->w_ready;
+    int n = a->n, k = a->k, act = (int)a->act, glu = a->glu, w_ready = a->w_ready;
     int kslice = parts ? a->k / splits : a->k;
     const int32_t *live = a->live_rows;
-    void *args[] = {&map_x, &map_w, &bias, &y,      &m,     &n,
-                    &k,     &act,   &w_ready, &kslice, &parts, &live};
+    void *args[] = {&map_x, &map_w, &bias, &residual, &y,      &m,      &n,     &k,
+                    &act,   &glu,   &w_ready, &kslice, &parts, &live};
     return STOF_CUDA(stof_launch_pdl(true, (const void *)kernel, dim3(grid), dim3(G::THREADS),
                                      args, G::SMEM, (cudaStream_t)ctx->stream));
 }

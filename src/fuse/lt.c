@@ -293,6 +293,8 @@ stof_status fuse_lt_gemm(stof_ctx *ctx, const fuse_linear_args *a, stof_act act,
                  "%s: cuBLASLt has no %s epilogue (its GELU is the tanh approximation); it runs "
                  "as epilogue none + fuse_bias_act",
                  what, fuse_act_name(act));
+    STOF_REQUIRE(!a->glu, STOF_ERR_INVALID_ARG,
+                 "%s: cuBLASLt has no GLU epilogue; it writes both halves for fuse_glu", what);
     STOF_REQUIRE(!residual || act == ACT_NONE, STOF_ERR_INVALID_ARG,
                  "%s: a residual goes with act none (cuBLASLt would apply %s after adding it)",
                  what, fuse_act_name(act));

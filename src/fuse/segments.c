@@ -7,6 +7,9 @@
  *
  * Linear + act has two templates: GEMM_BIAS_ACT (any GPU) and GEMM_SM90
  * (Hopper), the latter run only when the choice names one of its configs.
+ * Both also take the pre-norm layers' epilogues: a residual added after the
+ * bias (act none), and a GLU over w's interleaved halves (fuse.h), which
+ * cuBLASLt has no epilogue for: its callers run the plain GEMM and fuse_glu.
  * Linear + residual + LayerNorm runs GEMM_RES_LN, or GEMM_SM90 when named:
  * its K slices (fuse_choice.splits) write fp32 partial sums into the front of
  * the workspace, which the LayerNorm kernel adds up with bias and residual.
@@ -32,7 +35,11 @@ static stof_status check_linear(stof_ctx *ctx, const fuse_linear_args *a, bool l
     STOF_TRY(fuse_check_ptr(a->w, "w", what));
     STOF_TRY(fuse_check_ptr(a->y, "y", what));
     STOF_TRY(fuse_check_opt_ptr(a->bias, "bias", what));
-    size_t y_bytes = (size_t)a->m * a->n * 2;
+    STOF_REQUIRE(!a->glu || (!ln && a->n % (2 * FUSE_GLU_BLOCK) == 0 && !a->residual),
+                 STOF_ERR_INVALID_ARG,
+                 "%s: a GLU epilogue needs n (%d) a multiple of %d, no residual and no LayerNorm",
+                 what, a->n, 2 * FUSE_GLU_BLOCK);
+    size_t y_bytes = (size_t)a->m * (a->glu ? a->n / 2 : a->n) * 2;
     STOF_REQUIRE(!fuse_overlap(a->x, (size_t)a->m * a->k * 2, a->y, y_bytes), STOF_ERR_INVALID_ARG,
                  "%s: y overlaps x", what);
     STOF_REQUIRE(!fuse_overlap(a->w, (size_t)a->n * a->k * 2, a->y, y_bytes), STOF_ERR_INVALID_ARG,
@@ -47,6 +54,13 @@ static stof_status check_linear(stof_ctx *ctx, const fuse_linear_args *a, bool l
                      "%s: y partly overlaps residual (in-place must be the same pointer)", what);
     } else {
         STOF_TRY(fuse_check_act(a->act, what));
+        STOF_TRY(fuse_check_opt_ptr(a->residual, "residual", what));
+        STOF_REQUIRE(!a->residual || a->act == ACT_NONE, STOF_ERR_INVALID_ARG,
+                     "%s: a residual goes with act none (not %s)", what, fuse_act_name(a->act));
+        STOF_REQUIRE(!a->residual || a->residual == a->y ||
+                         !fuse_overlap(a->residual, y_bytes, a->y, y_bytes),
+                     STOF_ERR_INVALID_ARG,
+                     "%s: y partly overlaps residual (in-place must be the same pointer)", what);
     }
     return STOF_OK;
 }
@@ -225,11 +239,12 @@ static stof_status check_path(const fuse_choice *choice, const char *what)
     return STOF_OK;
 }
 
-/* cuBLASLt GEMM + activation; exact GELU and SiLU, which cuBLASLt has no
- * epilogue for, go through the row kernel with the bias. */
+/* cuBLASLt GEMM + activation (or + residual, C = residual with beta = 1);
+ * exact GELU and SiLU, which cuBLASLt has no epilogue for, go through the
+ * row kernel with the bias. */
 static stof_status lt_linear_act(stof_ctx *ctx, const fuse_linear_args *args, fuse_ws ws)
 {
-    if (fuse_lt_has_act(args->act)) return fuse_lt_gemm(ctx, args, args->act, NULL, ws);
+    if (fuse_lt_has_act(args->act)) return fuse_lt_gemm(ctx, args, args->act, args->residual, ws);
     fuse_linear_args plain = *args;
     plain.bias = NULL;
     STOF_TRY(fuse_lt_gemm(ctx, &plain, ACT_NONE, NULL, ws));
@@ -286,6 +301,10 @@ stof_status fuse_linear_act(stof_ctx *ctx, const fuse_choice *choice, const fuse
 {
     const char *what = "fuse_linear_act";
     STOF_TRY(check_path(choice, what));
+    STOF_REQUIRE(choice->splits <= 1, STOF_ERR_INVALID_ARG,
+                 "%s: a linear + act segment runs uncut (splits %d)", what, choice->splits);
+    STOF_REQUIRE(!args || !args->glu || choice->path == FUSE_PATH_STOF, STOF_ERR_INVALID_ARG,
+                 "%s: cuBLASLt has no GLU epilogue: run the GEMM without glu, then fuse_glu", what);
     if (choice->path == FUSE_PATH_STOF) {
         if (choice->config.tpl == FUSE_TPL_GEMM_SM90)
             return fuse_run_gemm_sm90(ctx, &choice->config, args);

@@ -59,4 +59,10 @@ static __device__ __forceinline__ float act_apply(float x, int act)
     }
 }
 
+/* One unit of a gated linear unit: act(a) * b (SwiGLU, GeGLU). */
+static __device__ __forceinline__ float glu_apply(float a, float b, int act)
+{
+    return act_apply(a, act) * b;
+}
+
 #endif /* STOF_FUSE_VEC_CUH */

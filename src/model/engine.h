@@ -13,7 +13,10 @@
  *   o       [hidden, heads * head_dim]
  *   mlp_in  [intermediate, hidden], or for a GLU [2 * intermediate, hidden]
  *           whose rows [0, I) go through the activation and rows [I, 2I)
- *           multiply it (LLaMA: gate_proj then up_proj; ModernBERT: Wi as is)
+ *           multiply it (LLaMA: gate_proj then up_proj; ModernBERT: Wi as is);
+ *           the GPU keeps these rows (and the bias's) interleaved in blocks
+ *           (FUSE_GLU_BLOCK in src/fuse/fuse.h), so that its GEMM epilogue
+ *           meets both halves of a unit in one thread
  *   down    [hidden, intermediate]
  *   norms   [hidden] (bias [hidden] where the family has one)
  * and, model-wide, tok_emb [vocab, hidden], pos_emb [max_positions, hidden],
@@ -57,10 +60,12 @@ typedef struct model_weights {
 /* Receives each canonical tensor once: *slot is to point at where the sink
  * keeps its n elements of the run dtype (bytes long, at host_src now; the
  * buffer is reused after put returns). what names it for messages
- * ("layers.3.qkv"). */
+ * ("layers.3.qkv"). glu_half: for a GLU's mlp_in or mlp_in_b, the rows of
+ * each half (the intermediate size), which a sink may lay out its own way;
+ * 0 for every other tensor. */
 typedef struct weight_sink {
     stof_status (*put)(struct weight_sink *sink, const char *what, void **slot,
-                       const void *host_src, size_t bytes);
+                       const void *host_src, size_t bytes, int glu_half);
     void *user;
 } weight_sink;
 

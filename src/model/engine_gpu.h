@@ -92,7 +92,7 @@ struct engine_gpu {
     int64_t cap_tokens;
     int cap_batch;
     int32_t *in; /* cu_seqlens | ids | types | positions, laid out per forward */
-    void *x, *h, *delta, *qkv, *attn, *inter, *gated; /* h, delta: pre-norm layers */
+    void *x, *h, *qkv, *attn, *inter, *gated; /* h, gated: pre-norm layers */
     void *last;  /* [cap_batch, hidden]: each sequence's last row (logits) */
     float *pooled;
     const void *lm_head; /* [vocab_pad, hidden]: the head, or lm_head_pad */

@@ -9,10 +9,13 @@
  * Pre-norm layers (GPT-2, LLaMA and its kin, ModernBERT) keep the residual
  * stream x apart from the normalised h: h = norm(x); QKV (+ bias); RoPE on
  * q and k in place; attention over the layer's mask kind with kv_heads read
- * from k's shape; then each sublayer's projection lands in delta and one row
- * pass does x = x + delta and h = next norm(x) (fuse_norm's two outputs);
- * the MLP is act(up) or act(a) * b (GLU). The last layer's pass writes the
- * final norm over x: the hidden state out.
+ * from k's shape; then each sublayer's projection adds itself to x in its
+ * GEMM epilogue (x = x + a w^T + b: cuBLASLt's C with beta = 1, or the stof
+ * templates' residual) and one row pass writes h = next norm(x); the MLP is
+ * act(up) or act(a) * b (GLU), the latter in FFN1's epilogue where the plan
+ * runs a stof template, else as a row pass (fuse_glu) after the cuBLASLt
+ * GEMM. The last layer's pass writes the final norm over x: the hidden state
+ * out.
  */
 #include "model/engine_gpu.h"
 
@@ -118,34 +121,45 @@ typedef struct norm_ref {
     const void *gamma, *beta;
 } norm_ref;
 
-/* x = x + (a.x w^T + bias), then h = next(x): the residual add of a pre-norm
- * sublayer and the norm in front of the next one in one row pass (fuse_norm
- * two-out); the GEMM (segment a, into delta) runs the plan's choice c. *h is
- * where the next sublayer reads: g->h, or x itself when the next norm is
- * NONE (the cuBLASLt GEMM then adds the residual in its epilogue). last: the
- * final norm, written over x (the hidden state out). */
+/* x = x + (a.x w^T + bias) in the GEMM's epilogue (segment a writes x with
+ * x as its residual; uncut, so each element is read and written by one
+ * thread), then h = next(x), one row pass; the GEMM runs the plan's choice
+ * c. *h is where the next sublayer reads: g->h, or x itself when the next
+ * norm is NONE. last: the final norm, written over x (the hidden state out). */
 static stof_status project_add_norm(stof_model *m, const dev_inputs *in, const fuse_choice *c,
                                     fuse_linear_args a, norm_ref next, bool last, const void **h)
 {
     enc_gpu *g = m->gpu;
-    int H = m->desc.hidden;
-    if (next.kind == NORM_NONE) {
-        a.y = g->x;
-        a.lt_algo = c->path == FUSE_PATH_CUBLASLT ? c->lt_algo : 0;
-        STOF_TRY(fuse_lt_gemm(m->ctx, &a, ACT_NONE, g->x, g->lt));
-        *h = g->x;
-        return STOF_OK;
-    }
     STOF_TRY(fuse_linear_act(m->ctx, c, &a, g->lt));
+    *h = g->x;
+    if (next.kind == NORM_NONE) return STOF_OK;
     fuse_norm_kind kind = next.kind == NORM_RMS ? FUSE_NORM_RMS : FUSE_NORM_LAYER;
-    float eps = m->desc.norm_eps;
-    if (last)
-        return fuse_norm(m->ctx, g->dtype, kind, in->rows, H, g->delta, g->x, next.gamma,
-                         next.beta, eps, g->x, NULL);
-    STOF_TRY(fuse_norm(m->ctx, g->dtype, kind, in->rows, H, g->delta, g->x, next.gamma, next.beta,
-                       eps, g->h, g->x));
-    *h = g->h;
+    void *out = last ? g->x : g->h;
+    STOF_TRY(fuse_norm(m->ctx, g->dtype, kind, in->rows, m->desc.hidden, g->x, NULL, next.gamma,
+                       next.beta, m->desc.norm_eps, out, NULL));
+    *h = out;
     return STOF_OK;
+}
+
+/* FFN1 on h: act(x w^T + b), or for a GLU act(a) * b into gated: in the stof
+ * templates' epilogue, or (cuBLASLt, which has no such epilogue) the GEMM's
+ * interleaved halves into inter and fuse_glu over them. */
+static stof_status mlp_in(stof_model *m, int l, const layer_plan *p, const dev_inputs *in,
+                          const void *h)
+{
+    enc_gpu *g = m->gpu;
+    const layer_desc *ld = &m->desc.layer[l];
+    fuse_linear_args a = eng_segment_args(m, l, TUNE_SEG_FFN1, in->rows);
+    a.x = h;
+    if (ld->mlp != MLP_GLU) return fuse_linear_act(m->ctx, &p->ffn1, &a, g->lt);
+    if (p->ffn1.path == FUSE_PATH_STOF) {
+        a.glu = true;
+        a.act = ld->act;
+        a.y = g->gated;
+        return fuse_linear_act(m->ctx, &p->ffn1, &a, g->lt);
+    }
+    STOF_TRY(fuse_linear_act(m->ctx, &p->ffn1, &a, g->lt));
+    return fuse_glu(m->ctx, g->dtype, in->rows, ld->intermediate, g->inter, ld->act, g->gated);
 }
 
 static norm_ref attn_norm_of(const stof_model *m, int l)
@@ -176,12 +190,7 @@ static stof_status prenorm_layer(stof_model *m, int l, const layer_plan *p, cons
     norm_ref mlp_norm = {ld->mlp_norm, w->mlp_norm, w->mlp_norm_b};
     STOF_TRY(project_add_norm(m, in, &p->out, eng_segment_args(m, l, TUNE_SEG_OUT, in->rows),
                               mlp_norm, false, h));
-    a = eng_segment_args(m, l, TUNE_SEG_FFN1, in->rows);
-    a.x = *h;
-    STOF_TRY(fuse_linear_act(m->ctx, &p->ffn1, &a, g->lt));
-    if (ld->mlp == MLP_GLU)
-        STOF_TRY(fuse_glu(m->ctx, g->dtype, in->rows, ld->intermediate, g->inter, ld->act,
-                          g->gated));
+    STOF_TRY(mlp_in(m, l, p, in, *h));
     bool last = l == d->layers - 1;
     norm_ref next = last ? (norm_ref){d->final_norm, m->w.final_norm, m->w.final_norm_b}
                          : attn_norm_of(m, l + 1);

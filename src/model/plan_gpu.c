@@ -80,8 +80,10 @@ static layer_plan plan_rules(void)
  * LayerNorm in their epilogue. Pre-norm layers: four plain linears (+ bias,
  * + act) whose norms run as row passes beside them; the QKV and FFN1 inputs
  * are the normed h (the executor points x elsewhere where the layer has no
- * norm), the out-projection and FFN2 land in delta, FFN2 reads the GLU's
- * gated product. */
+ * norm), the out-projection and FFN2 add themselves to x (residual x, y x),
+ * FFN2 reads the GLU's gated product. A GLU's FFN1 is given as cuBLASLt runs
+ * it, both halves into inter (the executor turns on the GLU epilogue for
+ * the stof templates, mlp_in in exec_gpu.c). */
 fuse_linear_args eng_segment_args(const stof_model *m, int l, int seg, int64_t T)
 {
     const enc_gpu *g = m->gpu;
@@ -103,20 +105,18 @@ fuse_linear_args eng_segment_args(const stof_model *m, int l, int seg, int64_t T
         break;
     case TUNE_SEG_OUT:
         a.n = H, a.k = ld->heads * D, a.x = g->attn, a.w = w->o, a.bias = w->o_b;
-        a.y = g->bert ? g->x : g->delta;
-        if (g->bert)
-            a.residual = g->x, a.gamma = w->attn_norm, a.beta = w->attn_norm_b, a.eps = d->norm_eps;
+        a.y = g->x, a.residual = g->x;
+        if (g->bert) a.gamma = w->attn_norm, a.beta = w->attn_norm_b, a.eps = d->norm_eps;
         break;
     case TUNE_SEG_FFN1:
         a.n = glu ? 2 * I : I, a.k = H, a.w = w->mlp_in, a.bias = w->mlp_in_b, a.y = g->inter;
         a.x = g->bert ? g->x : g->h;
-        a.act = glu ? ACT_NONE : ld->act; /* a GLU's activation runs in fuse_glu */
+        a.act = glu ? ACT_NONE : ld->act; /* a GLU's: fuse_glu's, or the GLU epilogue's */
         break;
     default: /* TUNE_SEG_FFN2 */
         a.n = H, a.k = I, a.x = glu ? g->gated : g->inter, a.w = w->down, a.bias = w->down_b;
-        a.y = g->bert ? g->x : g->delta;
-        if (g->bert)
-            a.residual = g->x, a.gamma = w->mlp_norm, a.beta = w->mlp_norm_b, a.eps = d->norm_eps;
+        a.y = g->x, a.residual = g->x;
+        if (g->bert) a.gamma = w->mlp_norm, a.beta = w->mlp_norm_b, a.eps = d->norm_eps;
         break;
     }
     return a;
@@ -162,6 +162,25 @@ static void plan_small(const stof_model *m, layer_plan *p, int64_t rows)
                                         m->gpu->lt.bytes);
         if (c.splits > 0) *seg[i] = c;
     }
+}
+
+/* A GLU's FFN1 on a Hopper: gemm_sm90's rule-based config, whose epilogue
+ * writes act(a) * b (no [T, 2 inter] round trip through memory, no GLU row
+ * pass), stands in for the default choice, cuBLASLt's first algorithm, in
+ * rule-based, tuned and requested plans alike, as plan_small does for
+ * BERT's small batches: the tuner's baseline is this, and cuBLASLt's other
+ * algorithms (GEMM, then fuse_glu) stay candidates. */
+static void plan_glu(const stof_model *m, layer_plan *p, int64_t rows)
+{
+    if (m->desc.layer[0].mlp != MLP_GLU || !fuse_sm90_available(m->ctx)) return;
+    if (p->ffn1.path != FUSE_PATH_CUBLASLT || p->ffn1.lt_algo != 0) return;
+    fuse_linear_args a = eng_segment_args(m, 0, TUNE_SEG_FFN1, rows);
+    fuse_config c = fuse_config_default(FUSE_TPL_GEMM_SM90, rows, a.n, a.k, m->ctx->sm_count,
+                                        m->ctx->smem_per_block_optin);
+    if (c.tpl != FUSE_TPL_GEMM_SM90) return;
+    memset(&p->ffn1, 0, sizeof p->ffn1);
+    p->ffn1.path = FUSE_PATH_STOF;
+    p->ffn1.config = c;
 }
 
 /* A tuned segment; tpl is the segment's template (the linear + act segments
@@ -343,6 +362,8 @@ layer_plan eng_plan_for(stof_model *m, const enc_request *r, int64_t rows, const
     if (m->gpu->bert) { /* the rules of BERT's fused segments */
         plan_small(m, &p, rows);
         plan_splits(m, &p, rows);
+    } else {
+        plan_glu(m, &p, rows);
     }
     describe_plan(&p, rows, source);
     return p;

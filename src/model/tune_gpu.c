@@ -11,8 +11,11 @@
  *    and the FFN pair may merge into the chain template (intermediate kept on
  *    chip) or split back. Pre-norm layers (GPT-2, LLaMA and its kin,
  *    ModernBERT): all four segments are linears (+ bias, + act; FFN1 of a GLU
- *    writes both halves) whose residual add and norm run as one row pass, so
- *    each takes GEMM + bias + activation or the Hopper GEMM. A new template
+ *    writes act(a) * b in the templates' epilogue, both halves for fuse_glu
+ *    on cuBLASLt; the out-projection and FFN2 add the residual in theirs)
+ *    whose norm runs as a row pass, so each takes GEMM + bias + activation or
+ *    the Hopper GEMM; on a Hopper a GLU's FFN1 at cuBLASLt's first algorithm
+ *    runs the Hopper GEMM (plan_glu in plan_gpu.c). A new template
  *    comes with two sampled configs: the rule-based default and one other
  *    that fits;
  *  - parameter settings per dimension: the cuBLASLt heuristic's algorithms

@@ -246,10 +246,11 @@ static stof_status fill_piece(loader *ld, const piece *p, const safetensors_tens
 }
 
 /* Concatenates pieces (rows stacked) into one canonical tensor and gives it
- * to the sink. Every piece is checked before the stage grows to hold them, so
- * a config that claims enormous sizes fails on a shape, not an allocation. */
+ * to the sink (glu_half: weight_sink's). Every piece is checked before the
+ * stage grows to hold them, so a config that claims enormous sizes fails on
+ * a shape, not an allocation. */
 static stof_status put_tensor(loader *ld, int layer, const char *what, void **slot,
-                              const piece *pieces, int n)
+                              const piece *pieces, int n, int glu_half)
 {
     const safetensors_tensor *t[3];
     int64_t rows = 0, cols = pieces[0].cols ? pieces[0].cols : 1;
@@ -273,14 +274,14 @@ static stof_status put_tensor(loader *ld, int layer, const char *what, void **sl
     else
         snprintf(label, sizeof label, "%s", what);
     ld->n_params += rows * cols;
-    return ld->sink->put(ld->sink, label, slot, ld->stage, bytes);
+    return ld->sink->put(ld->sink, label, slot, ld->stage, bytes, glu_half);
 }
 
 static stof_status put_one(loader *ld, int layer, const char *what, void **slot, weight_role r,
                            int64_t rows, int64_t cols)
 {
     piece p = {r, rows, cols};
-    return put_tensor(ld, layer, what, slot, &p, 1);
+    return put_tensor(ld, layer, what, slot, &p, 1, 0);
 }
 
 /* A norm of kind k: its weight, and its bias where the family has one. */
@@ -307,11 +308,11 @@ static stof_status put_layer(loader *ld, int i, layer_weights *lw)
                       W_ATTN_NORM, W_ATTN_NORM_B));
     piece qkv[3] = {{W_Q, qd, H}, {W_K, kvd, H}, {W_V, kvd, H}};
     piece qkv_f = {W_QKV, qd + 2 * kvd, H};
-    STOF_TRY(put_tensor(ld, i, "qkv", &lw->qkv, fused_qkv ? &qkv_f : qkv, fused_qkv ? 1 : 3));
+    STOF_TRY(put_tensor(ld, i, "qkv", &lw->qkv, fused_qkv ? &qkv_f : qkv, fused_qkv ? 1 : 3, 0));
     if (l->qkv_bias) {
         piece b[3] = {{W_Q_B, qd, 0}, {W_K_B, kvd, 0}, {W_V_B, kvd, 0}};
         piece bf = {W_QKV_B, qd + 2 * kvd, 0};
-        STOF_TRY(put_tensor(ld, i, "qkv_b", &lw->qkv_b, fused_qkv ? &bf : b, fused_qkv ? 1 : 3));
+        STOF_TRY(put_tensor(ld, i, "qkv_b", &lw->qkv_b, fused_qkv ? &bf : b, fused_qkv ? 1 : 3, 0));
     }
     STOF_TRY(put_one(ld, i, "o", &lw->o, W_O, H, qd));
     if (l->out_bias) STOF_TRY(put_one(ld, i, "o_b", &lw->o_b, W_O_B, H, 0));
@@ -324,12 +325,13 @@ static stof_status put_layer(loader *ld, int i, layer_weights *lw)
         STOF_REQUIRE(!l->mlp_bias, STOF_ERR_UNSUPPORTED,
                      "%s: a fused up/gate projection with a bias (mlp_bias) is not supported",
                      ld->ck.path);
-        STOF_TRY(put_one(ld, i, "mlp_in", &lw->mlp_in, W_UP_GATE, 2 * I, H));
+        piece ug = {W_UP_GATE, 2 * I, H};
+        STOF_TRY(put_tensor(ld, i, "mlp_in", &lw->mlp_in, &ug, 1, (int)I));
     } else {
         piece gu[2] = {{W_GATE, I, H}, {W_UP, I, H}};
-        STOF_TRY(put_tensor(ld, i, "mlp_in", &lw->mlp_in, gu, 2));
+        STOF_TRY(put_tensor(ld, i, "mlp_in", &lw->mlp_in, gu, 2, (int)I));
         piece gub[2] = {{W_GATE_B, I, 0}, {W_UP_B, I, 0}};
-        if (l->mlp_bias) STOF_TRY(put_tensor(ld, i, "mlp_in_b", &lw->mlp_in_b, gub, 2));
+        if (l->mlp_bias) STOF_TRY(put_tensor(ld, i, "mlp_in_b", &lw->mlp_in_b, gub, 2, (int)I));
     }
     STOF_TRY(put_one(ld, i, "down", &lw->down, W_DOWN, H, I));
     if (l->mlp_bias) STOF_TRY(put_one(ld, i, "down_b", &lw->down_b, W_DOWN_B, H, 0));
@@ -391,8 +393,9 @@ stof_status model_load_weights(const model_files *files, const family_def *famil
 /* ---- the host sink */
 
 static stof_status host_put(weight_sink *sink, const char *what, void **slot, const void *src,
-                            size_t bytes)
+                            size_t bytes, int glu_half)
 {
+    (void)glu_half; /* the CPU keeps the canonical order */
     void *p;
     STOF_REQUIRE(stof_host_alloc(bytes ? bytes : 1, &p) == STOF_OK, STOF_ERR_OOM,
                  "out of memory keeping %s (%zu bytes)", what, bytes);

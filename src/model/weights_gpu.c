@@ -4,7 +4,9 @@
  * this sink copies each into a device allocation of its own as it comes, so
  * no whole-model copy exists on the host, and m->w holds device pointers.
  * Each copy is complete when put returns: the loader reuses the staging
- * buffer then.
+ * buffer then. A GLU's up projection (and its bias) lands with its halves
+ * interleaved (fuse_glu_upload), the layout the GEMM's GLU epilogue and
+ * fuse_glu read; every path of the GPU engine sees only that layout.
  */
 #include "model/engine_gpu.h"
 
@@ -14,7 +16,7 @@
 #include <cuda_runtime_api.h>
 
 static stof_status gpu_put(weight_sink *sink, const char *what, void **slot, const void *src,
-                           size_t bytes)
+                           size_t bytes, int glu_half)
 {
     enc_gpu *g = sink->user;
     if (g->n_allocs == g->cap_allocs) {
@@ -29,12 +31,17 @@ static stof_status gpu_put(weight_sink *sink, const char *what, void **slot, con
     if (st != STOF_OK)
         return stof_error(st, "uploading %s (%zu bytes): %s", what, bytes, stof_last_error());
     g->allocs[g->n_allocs++] = dev;
+    *slot = dev;
+    if (glu_half > 0) {
+        st = fuse_glu_upload(g->ctx, dev, src, glu_half, bytes / (2 * (size_t)glu_half));
+        if (st != STOF_OK)
+            return stof_error(st, "uploading %s (%zu bytes): %s", what, bytes, stof_last_error());
+        return STOF_OK;
+    }
     /* on the ctx's stream, which the allocation is ordered on (cudaMallocAsync) */
     cudaStream_t s = (cudaStream_t)g->ctx->stream;
     STOF_CUDA_TRY(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, s));
-    STOF_CUDA_TRY(cudaStreamSynchronize(s));
-    *slot = dev;
-    return STOF_OK;
+    return STOF_CUDA(cudaStreamSynchronize(s));
 }
 
 weight_sink eng_weight_sink(enc_gpu *g)

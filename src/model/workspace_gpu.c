@@ -42,12 +42,11 @@ stof_status eng_ws_reserve(stof_model *m, int B, int L)
     size_t es = 2, H = (size_t)m->desc.hidden, T = (size_t)tokens;
     /* the f32 hidden output is unpacked into the QKV buffer: B * L * H at least */
     size_t qkv_w = (size_t)wd->qkv > H ? (size_t)wd->qkv : H;
-    bool pre = !g->bert; /* pre-norm layers keep h and delta apart from x */
+    bool pre = !g->bert; /* pre-norm layers keep h apart from x */
     size_t o_in = 0;
     size_t o_x = o_in + align256((size_t)(2 * batch + 1 + 3 * tokens + 16) * 4);
     size_t o_h = o_x + align256(T * H * es);
-    size_t o_delta = o_h + (pre ? align256(T * H * es) : 0);
-    size_t o_qkv = o_delta + (pre ? align256(T * H * es) : 0);
+    size_t o_qkv = o_h + (pre ? align256(T * H * es) : 0);
     size_t o_attn = o_qkv + align256(T * qkv_w * es);
     size_t o_inter = o_attn + align256(T * (size_t)wd->attn * es);
     size_t o_gated = o_inter + align256(T * (size_t)wd->inter * es);
@@ -81,7 +80,6 @@ stof_status eng_ws_reserve(stof_model *m, int B, int L)
     g->in = (int32_t *)(base + o_in);
     g->x = base + o_x;
     g->h = pre ? base + o_h : NULL;
-    g->delta = pre ? base + o_delta : NULL;
     g->qkv = base + o_qkv;
     g->attn = base + o_attn;
     g->inter = base + o_inter;
