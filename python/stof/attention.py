@@ -213,6 +213,49 @@ class _Call:
                 ctypes.byref(_arrays.describe(self.cu_k)))
 
 
+class _Prepared:
+    """A checked plain torch call (no bias, no packing, a mask by text or None, an output
+    given), kept for calls that repeat it with other tensors of the same shapes, strides,
+    dtypes and devices, as a model's layers do: only the data pointers and the mask's
+    lengths change, so the call skips _Call's checks and describes its tensors by copying
+    the first call's descriptors."""
+
+    __slots__ = ("params", "ctx", "mask", "dims", "tensors")
+
+    def __init__(self, call, mask, tensors):
+        self.params, self.ctx = call.params, call.ctx
+        self.mask = as_mask(mask)
+        qs, ks = call._bhld(call.q.shape), call._bhld(call.k.shape)
+        self.dims = (int(qs[0]), int(qs[1]), int(qs[2]), int(ks[2]))
+        self.tensors = tensors
+
+    def run(self, q, k, v, out, lengths):
+        b, h, lq, lk = self.dims
+        compiled = cache.get(self.mask, b, h, lq, lk, lengths, None, self.ctx,
+                             head_dim=int(q.shape[-1]))
+        tq, tk, tv, to = (_lib.Tensor.from_buffer_copy(t) for t in self.tensors)
+        tq.data, tk.data, tv.data, to.data = (q.data_ptr() or None, k.data_ptr() or None,
+                                              v.data_ptr() or None, out.data_ptr() or None)
+        with _on_device(self.ctx):
+            self.ctx.follow_torch_stream()
+            _lib.call("stof_attention", self.ctx.handle, ctypes.byref(self.params),
+                      ctypes.byref(tq), ctypes.byref(tk), ctypes.byref(tv), compiled.handle,
+                      None, None, ctypes.byref(to))
+            compiled.last_stream = self.ctx.stream
+        return out
+
+
+_prepared = {}
+_PREPARED_MAX = 256
+
+
+def _prepared_key(q, k, v, out, mask, scale, kernel, layout, lengths):
+    """What a _Prepared call is kept under: everything _Call checks, except data."""
+    return (mask, scale, kernel, layout, lengths is None, q.dtype, q.device, q.shape, q.stride(),
+            k.dtype, k.device, k.shape, k.stride(), v.dtype, v.device, v.shape, v.stride(),
+            out.dtype, out.device, out.shape, out.stride())
+
+
 def _new_output(q):
     if _arrays.is_torch(q):
         return _arrays.torch_module().empty_like(q)
@@ -249,6 +292,16 @@ def attention(q, k, v, mask=None, scale=None, lengths=None, kernel="auto", layou
     """
     if v is None:
         raise TypeError("attention needs v")
+    key = None
+    if (out is not None and k is not None and bias is None and alibi is None and
+            softcap is None and cu_seqlens_q is None and cu_seqlens_k is None and
+            lengths_k is None and (mask is None or type(mask) is str) and
+            _arrays.is_torch(q) and _arrays.is_torch(k) and _arrays.is_torch(v) and
+            _arrays.is_torch(out)):
+        key = _prepared_key(q, k, v, out, mask, scale, kernel, layout, lengths)
+        prepared = _prepared.get(key)
+        if prepared is not None:
+            return prepared.run(q, k, v, out, lengths)
     call = _Call(q, k, v, mask, lengths, lengths_k, layout, cu_seqlens_q, cu_seqlens_k,
                  max_seqlen_q, max_seqlen_k, scale, kernel, bias, alibi, softcap)
     if out is None:
@@ -263,6 +316,10 @@ def attention(q, k, v, mask=None, scale=None, lengths=None, kernel="auto", layou
                   ctypes.byref(tk), ctypes.byref(tv), call.mask.handle, cu_q, cu_k,
                   ctypes.byref(to))
         call.mask.last_stream = call.ctx.stream
+    if key is not None:  # it ran: its checks hold for any call of the same key
+        if len(_prepared) >= _PREPARED_MAX:
+            _prepared.clear()
+        _prepared[key] = _Prepared(call, mask, (tq, tk, tv, to))
     return out
 
 

@@ -111,3 +111,27 @@ def test_flex_mask_mod_matches_dense(name):
     bm = bench_masks.make_mask(name, 2, 192, seed=4)
     got = flex.create_mask(bm.mask_mod("cpu"), 2 if bm.per_batch else 1, 1, 192, 192, device="cpu")
     assert torch.equal(got, bm.dense_torch("cpu"))
+
+
+def test_repeated_calls_with_out_follow_new_data_and_lengths(gen):
+    """A call that repeats an earlier one's shapes, strides and mask (a model's layers) runs
+    on what it is given now: other tensors, other lengths (as a tensor and as a list), an
+    output in [B, L, H, D] seen as [B, H, L, D], both layouts; each against the reference."""
+    B, H, L, D = 3, 2, 40, 16
+    for layout in ("bhld", "blhd"):
+        for step, lengths in enumerate(([40, 17, 1], [5, 40, 33], torch.tensor([40, 17, 1]),
+                                        torch.tensor([2, 3, 40], dtype=torch.int32))):
+            q, k, v = (torch.randn(B, H, L, D, generator=gen) for _ in range(3))
+            buf = torch.full((B, L, H, D), float("nan"))
+            out = buf.transpose(1, 2)
+            args = (q, k, v) if layout == "bhld" else tuple(x.transpose(1, 2) for x in (q, k, v))
+            given = out if layout == "bhld" else buf
+            got = stof.attention(*args, mask="causal", lengths=lengths, layout=layout,
+                                 out=given)
+            assert got is given
+            n = torch.as_tensor(lengths)[:, None, None, None]
+            ar = torch.arange(L)
+            vis = (ar[None, None, :, None] < n) & (ar[None, None, None, :] < n) & \
+                torch.ones(L, L, dtype=torch.bool).tril()
+            ref = reference(q, k, v, vis)
+            assert rel_err(out, ref) < 1e-5, (layout, step)
