@@ -16,7 +16,8 @@
  * values with NaN in every padding row; the output is poisoned (NaN) before every run; rows with no
  * visible key must come back as exact zeros. Long rows are checked on a sample of query rows.
  * STOF_TEST_MAX_L=N skips cases longer than N (the sanitizer's subset);
- * STOF_TEST_WS_ONLY=1 runs ws_sweep alone.
+ * STOF_TEST_WS_ONLY=1 runs ws_sweep alone, under AUTO and with the
+ * warp-specialised kernel forced only (the sanitizers' case).
  */
 #include "attn/attn.h"
 #include "cpu/cpu_ref.h"
@@ -32,6 +33,7 @@
 static test_rng rng;
 static stof_ctx *ctx;
 static int runs_done, runs_skipped;
+static bool ws_only; /* STOF_TEST_WS_ONLY */
 
 typedef struct dcase {
     const char *mask; /* spec text */
@@ -263,6 +265,7 @@ static void run_case(dcase *c)
     const stof_attn_kernel kernels[5] = {STOF_ATTN_AUTO, STOF_ATTN_BLOCKWISE, STOF_ATTN_ROWWISE,
                                          STOF_ATTN_BLOCKWISE_SM90, STOF_ATTN_BLOCKWISE_SM90_WS};
     for (int kk = 0; mask && kk < (general ? 2 : 5); kk++) {
+        if (ws_only && kk != 0 && kernels[kk] != STOF_ATTN_BLOCKWISE_SM90_WS) continue;
         stof_attn_params p = stof_attn_default_params();
         p.kernel = kernels[kk];
         p.bias_kind = c->bias_kind;
@@ -478,7 +481,8 @@ int main(void)
     cp.device = STOF_DEVICE_GPU;
     CHECK_OK(stof_ctx_create(&cp, &ctx));
     if (!ctx) return test_finish("test_attn_gpu_decoder");
-    if (!getenv("STOF_TEST_WS_ONLY")) sweep();
+    ws_only = getenv("STOF_TEST_WS_ONLY") != NULL;
+    if (!ws_only) sweep();
     ws_sweep();
     printf("test_attn_gpu_decoder: %d runs, %d forced runs skipped (kernel cannot serve)\n",
            runs_done, runs_skipped);
