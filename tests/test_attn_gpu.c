@@ -1015,6 +1015,19 @@ static void test_misuse(void)
     operands_at(dev, n, shape32, &q32d, &k32d, &v32d, &o32d);
     CHECK_STATUS(stof_attention(ctx, &p90, &q32d, &k32d, &v32d, mask, NULL, NULL, &o32d),
                  STOF_ERR_UNSUPPORTED);
+    /* The warp-specialised sm_90 kernel: head dim 128 only (this causal call
+     * is 64), forced through the params or given as a choice; off Hopper,
+     * refused with the device named. */
+    stof_attn_params pws = stof_attn_default_params();
+    pws.kernel = STOF_ATTN_BLOCKWISE_SM90_WS;
+    CHECK_STATUS(stof_attention(ctx, &pws, &q, &k, &v, mask, NULL, NULL, &o), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), sm90_ok ? "head dim 64" : "9.0") != NULL, "message: %s",
+          stof_last_error());
+    stof_attn_choice ws;
+    memset(&ws, 0, sizeof ws);
+    ws.kernel = STOF_ATTN_BLOCKWISE_SM90_WS;
+    CHECK_STATUS(attn_attention_with(ctx, NULL, &ws, &q, &k, &v, mask, NULL, NULL, &o),
+                 STOF_ERR_UNSUPPORTED);
     /* A mask split into more residue classes than the sm_90 kernel's copy
      * engine steps over: refused by it, forced or given, with the reason;
      * AUTO runs another kernel. */
