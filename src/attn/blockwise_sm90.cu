@@ -151,7 +151,10 @@
  *    kernel's two-warpgroup form (dense 4096: 0.80 against 0.69 ms), about
  *    as slow without the ping-pong (0.79). Alternating the warpgroups
  *    between the tensor and MUFU pipes does not raise their overlap at head
- *    dim 64.
+ *    dim 64. (At head dim 128, on all-visible and causal masks, that
+ *    structure with a producer warpgroup, setmaxnreg and 128-key tiles is
+ *    blockwise_ws_sm90.cu, which select.h's rule 4 runs instead of this
+ *    kernel.)
  *  - Two heads a CTA one after the other (shared tile list, the second
  *    head's Q and first tiles loaded under the first head's): 1-27% slower
  *    (68% on Longformer 4096, whose global rows then pair up); half the CTAs

@@ -106,7 +106,7 @@
  *    reason is the gap to cuDNN at head dim 128 (blockwise_sm90.cu: 470-526
  *    TFLOP/s on an H200 against 590-660); forcing STOF_ATTN_BLOCKWISE_SM90
  *    keeps the older kernel, so both can be timed side by side
- *    (bench_attention --kernel).
+ *    (bench_attention --kernels sm90,sm90_ws).
  *
  * A row-wise choice reports score = t_blk / t_row (> 1: row-wise is the cheaper).
  */
