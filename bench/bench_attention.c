@@ -4,11 +4,17 @@
  * warm-up), effective TFLOP/s counting only visible pairs (4 * nnz * D), the
  * kernel the selector picked (and, with --all-kernels, each kernel forced;
  * with --sm90-warps, the Hopper kernel with one or two warpgroups instead of
- * the selector's pick), the mask compile time, and a check of sampled rows
- * against the CPU reference in the same run. Exits 77 without a GPU.
+ * the selector's pick; with --kernels, each kernel of the list forced in
+ * turn, so that two kernels are timed side by side in one process), the mask
+ * compile time, and a check of sampled rows against the CPU reference in the
+ * same run. Exits 77 without a GPU.
  *
  *   bench_attention [--iters N] [--warmup N] [--all-kernels] [--tile M,N]
  *                   [--sm90-warps 4|8] [--shape B,H,L,D] [--mask NAME]
+ *                   [--kernels auto,blockwise,rowwise,sm90,sm90_ws] [--dtype f16|bf16]
+ *                   [--kv-heads N]
+ *
+ * --kv-heads gives k and v N heads (grouped-query attention; N divides H).
  *
  * The one non-obvious choice: the check decodes nothing from the compiled
  * mask; it rebuilds each sampled row's visibility from the spec, so a wrong
@@ -55,6 +61,10 @@ typedef struct options {
     int one_shape;
     shape shape;
     const char *mask;
+    int n_kernels; /* > 0: --kernels, forced one after the other */
+    stof_attn_kernel kernels[8];
+    stof_dtype dtype;
+    int kv_heads; /* 0: H */
 } options;
 
 static uint64_t lcg_state = SEED;
@@ -149,9 +159,9 @@ static float time_attention(stof_ctx *ctx, const stof_attn_params *p,
 }
 
 /* Worst relative error over sampled rows of (b, h) = (0, 0) and (B-1, H-1). */
-static double check_rows(const stof_mask_spec *spec, const shape *sh, const int32_t *lens,
-                         const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
-                         const uint16_t *oh)
+static double check_rows(const stof_mask_spec *spec, const shape *sh, int hkv, stof_dtype dt,
+                         const int32_t *lens, const uint16_t *qh, const uint16_t *kh,
+                         const uint16_t *vh, const uint16_t *oh)
 {
     int L = sh->L, D = sh->D;
     float *kf = malloc((size_t)L * D * 4), *vf = malloc((size_t)L * D * 4);
@@ -166,19 +176,20 @@ static double check_rows(const stof_mask_spec *spec, const shape *sh, const int3
             break;
         }
         int64_t base = ((int64_t)b * sh->H + h) * L * D;
+        int64_t kv_base = ((int64_t)b * hkv + h / (sh->H / hkv)) * L * D;
         for (int64_t e = 0; e < (int64_t)L * D; e++) {
-            kf[e] = stof_load_f(kh, STOF_F16, base + e);
-            vf[e] = stof_load_f(vh, STOF_F16, base + e);
+            kf[e] = stof_load_f(kh, dt, kv_base + e);
+            vf[e] = stof_load_f(vh, dt, kv_base + e);
         }
         for (int s = 0; s < 24; s++) {
             int i = s < 4 ? (s * (L - 1)) / 3 : (int)(lcg() % (uint32_t)L);
             for (int d = 0; d < D; d++)
-                qf[d] = stof_load_f(qh, STOF_F16, base + (int64_t)i * D + d);
+                qf[d] = stof_load_f(qh, dt, base + (int64_t)i * D + d);
             cpu_attention(qf, kf, vf, ref, 1, 1, 1, L, D, plane + (int64_t)i * L, 0, 0,
                           1.0f / sqrtf((float)D));
             double num = 0, den = 0;
             for (int d = 0; d < D; d++) {
-                double x = stof_load_f(oh, STOF_F16, base + (int64_t)i * D + d);
+                double x = stof_load_f(oh, dt, base + (int64_t)i * D + d);
                 num += (x - ref[d]) * (x - ref[d]);
                 den += (double)ref[d] * ref[d];
             }
@@ -195,9 +206,26 @@ static const char *kernel_name(stof_attn_kernel k)
     switch (k) {
     case STOF_ATTN_BLOCKWISE: return "blockwise";
     case STOF_ATTN_BLOCKWISE_SM90: return "blockwise_sm90";
+    case STOF_ATTN_BLOCKWISE_SM90_WS: return "sm90_ws";
     case STOF_ATTN_ROWWISE: return "rowwise";
     default: return "cpu";
     }
+}
+
+/* --kernels names: the kernel, or -1. */
+static int kernel_of(const char *name)
+{
+    static const struct {
+        const char *name;
+        stof_attn_kernel kernel;
+    } names[] = {{"auto", STOF_ATTN_AUTO},
+                 {"blockwise", STOF_ATTN_BLOCKWISE},
+                 {"rowwise", STOF_ATTN_ROWWISE},
+                 {"sm90", STOF_ATTN_BLOCKWISE_SM90},
+                 {"sm90_ws", STOF_ATTN_BLOCKWISE_SM90_WS}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i].name)) return (int)names[i].kernel;
+    return -1;
 }
 
 static void bench_case(stof_ctx *ctx, const shape *sh, const char *mname, const options *opt)
@@ -239,38 +267,49 @@ static void bench_case(stof_ctx *ctx, const shape *sh, const char *mname, const 
     if (st != STOF_OK) die("mask stats", st);
     double pairs = (double)stats.nnz * ((double)sh->B * sh->H / stats.instances);
 
+    const stof_dtype dt = opt->dtype;
+    const int hkv = opt->kv_heads > 0 ? opt->kv_heads : sh->H;
     int64_t n = (int64_t)sh->B * sh->H * sh->L * sh->D;
-    uint16_t *hq = malloc((size_t)n * 2), *hk = malloc((size_t)n * 2);
-    uint16_t *hv = malloc((size_t)n * 2), *ho = malloc((size_t)n * 2);
-    for (int64_t e = 0; e < n; e++) {
-        hq[e] = stof_f32_to_f16((float)(lcg() % 2001) / 1000.0f - 1.0f);
-        hk[e] = stof_f32_to_f16((float)(lcg() % 2001) / 1000.0f - 1.0f);
-        hv[e] = stof_f32_to_f16((float)(lcg() % 2001) / 1000.0f - 1.0f);
+    int64_t nkv = (int64_t)sh->B * hkv * sh->L * sh->D;
+    uint16_t *hq = malloc((size_t)n * 2), *hk = malloc((size_t)nkv * 2);
+    uint16_t *hv = malloc((size_t)nkv * 2), *ho = malloc((size_t)n * 2);
+    for (int64_t e = 0; e < n; e++)
+        stof_store_f(hq, dt, e, (float)(lcg() % 2001) / 1000.0f - 1.0f);
+    for (int64_t e = 0; e < nkv; e++) {
+        stof_store_f(hk, dt, e, (float)(lcg() % 2001) / 1000.0f - 1.0f);
+        stof_store_f(hv, dt, e, (float)(lcg() % 2001) / 1000.0f - 1.0f);
     }
     void *dq, *dk, *dv, *dout;
-    if (cudaMalloc(&dq, (size_t)n * 2) || cudaMalloc(&dk, (size_t)n * 2) ||
-        cudaMalloc(&dv, (size_t)n * 2) || cudaMalloc(&dout, (size_t)n * 2)) {
+    if (cudaMalloc(&dq, (size_t)n * 2) || cudaMalloc(&dk, (size_t)nkv * 2) ||
+        cudaMalloc(&dv, (size_t)nkv * 2) || cudaMalloc(&dout, (size_t)n * 2)) {
         fprintf(stderr, "bench_attention: out of device memory\n");
         exit(1);
     }
     cudaMemcpy(dq, hq, (size_t)n * 2, cudaMemcpyHostToDevice);
-    cudaMemcpy(dk, hk, (size_t)n * 2, cudaMemcpyHostToDevice);
-    cudaMemcpy(dv, hv, (size_t)n * 2, cudaMemcpyHostToDevice);
-    int64_t tshape[4] = {sh->B, sh->H, sh->L, sh->D};
-    stof_tensor q = stof_tensor_make(dq, STOF_F16, STOF_MEM_DEVICE, 4, tshape);
-    stof_tensor k = stof_tensor_make(dk, STOF_F16, STOF_MEM_DEVICE, 4, tshape);
-    stof_tensor v = stof_tensor_make(dv, STOF_F16, STOF_MEM_DEVICE, 4, tshape);
-    stof_tensor o = stof_tensor_make(dout, STOF_F16, STOF_MEM_DEVICE, 4, tshape);
+    cudaMemcpy(dk, hk, (size_t)nkv * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dv, hv, (size_t)nkv * 2, cudaMemcpyHostToDevice);
+    int64_t tshape[4] = {sh->B, sh->H, sh->L, sh->D}, kvshape[4] = {sh->B, hkv, sh->L, sh->D};
+    stof_tensor q = stof_tensor_make(dq, dt, STOF_MEM_DEVICE, 4, tshape);
+    stof_tensor k = stof_tensor_make(dk, dt, STOF_MEM_DEVICE, 4, kvshape);
+    stof_tensor v = stof_tensor_make(dv, dt, STOF_MEM_DEVICE, 4, kvshape);
+    stof_tensor o = stof_tensor_make(dout, dt, STOF_MEM_DEVICE, 4, tshape);
 
     /* Runs: the selector's choice; with --all-kernels also row-wise and every
      * block-wise configuration that serves the mask's tiles. */
     stof_attn_kernel kinds[2] = {STOF_ATTN_AUTO, STOF_ATTN_ROWWISE};
-    int runs = opt->all_kernels ? 2 + ATTN_BW_NCONFIGS : 1;
+    int runs = opt->n_kernels > 0 ? opt->n_kernels : opt->all_kernels ? 2 + ATTN_BW_NCONFIGS : 1;
     for (int r = 0; r < runs; r++) {
         stof_attn_params p = stof_attn_default_params();
         stof_attn_choice ch;
         const stof_attn_choice *forced = NULL;
-        if (r == 0 && opt->sm90_warps > 0) {
+        if (opt->n_kernels > 0) {
+            p.kernel = opt->kernels[r];
+            if (stof_attention_select(ctx, &p, &q, mask, &ch) != STOF_OK) {
+                printf("%2d %2d %5d %3d  %-10s  %-9s  (%s)\n", sh->B, sh->H, sh->L, sh->D, mname,
+                       kernel_name(opt->kernels[r]), stof_last_error());
+                continue;
+            }
+        } else if (r == 0 && opt->sm90_warps > 0) {
             memset(&ch, 0, sizeof ch);
             ch.kernel = STOF_ATTN_BLOCKWISE_SM90;
             ch.warps = opt->sm90_warps;
@@ -298,14 +337,15 @@ static void bench_case(stof_ctx *ctx, const shape *sh, const char *mname, const 
         float ms = time_attention(ctx, &p, forced, &q, &k, &v, mask, &o, opt);
         stof_ctx_synchronize(ctx);
         cudaMemcpy(ho, dout, (size_t)n * 2, cudaMemcpyDeviceToHost);
-        double err = check_rows(spec, sh, has_len ? lens : NULL, hq, hk, hv, ho);
+        double err = check_rows(spec, sh, hkv, dt, has_len ? lens : NULL, hq, hk, hv, ho);
         double tflops = 4.0 * pairs * sh->D / (ms * 1e-3) / 1e12;
         char split[16] = ""; /* a dilated mask stored split: its classes */
         if (stof_mask_tiles_view(mask)->split > 1)
             snprintf(split, sizeof split, " /%d", stof_mask_tiles_view(mask)->split);
         printf("%2d %2d %5d %3d  %-10s  %5.3f  %-4s %-9s %3dx%-3d %dw%s  %8.4f ms  %6.1f TF/s  "
                "compile %.3f ms  err %.1e%s\n",
-               sh->B, sh->H, sh->L, sh->D, mname, stats.density, r == 0 ? "auto" : "force",
+               sh->B, sh->H, sh->L, sh->D, mname, stats.density,
+               (opt->n_kernels > 0 ? opt->kernels[r] == STOF_ATTN_AUTO : r == 0) ? "auto" : "force",
                kernel_name(ch.kernel), ch.block_m, ch.block_n, ch.warps, split, ms, tflops,
                compile_ms[2], err, err > 1e-2 ? "  BAD" : "");
         fflush(stdout);
@@ -319,13 +359,15 @@ static void bench_case(stof_ctx *ctx, const shape *sh, const char *mname, const 
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_attention [--iters N] [--warmup N] [--all-kernels] "
-                    "[--tile M,N] [--sm90-warps 4|8] [--shape B,H,L,D] [--mask NAME]\n");
+                    "[--tile M,N] [--sm90-warps 4|8] [--shape B,H,L,D] [--mask NAME] "
+                    "[--kernels auto,blockwise,rowwise,sm90,sm90_ws] [--dtype f16|bf16] "
+                    "[--kv-heads N]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
-    options opt = {.iters = 50, .warmup = 10};
+    options opt = {.iters = 50, .warmup = 10, .dtype = STOF_F16};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--all-kernels"))
@@ -346,12 +388,30 @@ int main(int argc, char **argv)
                 s->B > 64 || s->H < 1 || s->L < 1 || s->D < 1)
                 usage();
             opt.one_shape = 1;
-        } else if (!strcmp(a, "--mask"))
+        } else if (!strcmp(a, "--kernels")) {
+            char list[256];
+            snprintf(list, sizeof list, "%s", argv[++i]);
+            for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+                int kern = kernel_of(tok);
+                if (kern < 0 || opt.n_kernels == 8) usage();
+                opt.kernels[opt.n_kernels++] = (stof_attn_kernel)kern;
+            }
+        } else if (!strcmp(a, "--dtype")) {
+            i++;
+            if (!strcmp(val, "f16"))
+                opt.dtype = STOF_F16;
+            else if (!strcmp(val, "bf16"))
+                opt.dtype = STOF_BF16;
+            else
+                usage();
+        } else if (!strcmp(a, "--kv-heads"))
+            opt.kv_heads = atoi(argv[++i]);
+        else if (!strcmp(a, "--mask"))
             opt.mask = argv[++i];
         else
             usage();
     }
-    if (opt.iters < 1 || opt.warmup < 0) usage();
+    if (opt.iters < 1 || opt.warmup < 0 || opt.kv_heads < 0) usage();
     if (stof_gpu_count() == 0) {
         printf("bench_attention: skipped: no CUDA device\n");
         return 77;
@@ -361,8 +421,9 @@ int main(int argc, char **argv)
     stof_ctx *ctx = NULL;
     stof_status st = stof_ctx_create(&cp, &ctx);
     if (st != STOF_OK) die("context", st);
-    printf("# %s, fp16, median of %d runs after %d warm-up; TF/s over visible pairs\n",
-           stof_ctx_device_name(ctx), opt.iters, opt.warmup);
+    printf("# %s, %s, median of %d runs after %d warm-up; TF/s over visible pairs\n",
+           stof_ctx_device_name(ctx), opt.dtype == STOF_BF16 ? "bf16" : "fp16", opt.iters,
+           opt.warmup);
     printf(" B  H     L   D  mask        dens.  kernel          tile  warps   time        "
            "rate\n");
     int n_shapes = opt.one_shape ? 1 : (int)(sizeof default_shapes / sizeof default_shapes[0]);

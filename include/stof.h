@@ -274,7 +274,10 @@ typedef enum stof_attn_kernel {
     STOF_ATTN_BLOCKWISE = 1, /* tensor-core tiles over the compiled mask */
     STOF_ATTN_ROWWISE = 2,   /* warps walk the visible keys of a row */
     STOF_ATTN_CPU = 3,       /* reported when a CPU context ran it */
-    STOF_ATTN_BLOCKWISE_SM90 = 4 /* block-wise on Hopper warpgroup MMA, sm_90 devices */
+    STOF_ATTN_BLOCKWISE_SM90 = 4, /* block-wise on Hopper warpgroup MMA, sm_90 devices */
+    /* Hopper, warp-specialised: head dim 128, all-visible and causal masks without a
+     * bias or soft cap (AUTO picks it there) */
+    STOF_ATTN_BLOCKWISE_SM90_WS = 5
 } stof_attn_kernel;
 
 /* A position bias added to the scores in the kernel (never an [H, L, L] tensor).

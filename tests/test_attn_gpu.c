@@ -331,6 +331,7 @@ static const char *kernel_name(stof_attn_kernel k)
     case STOF_ATTN_BLOCKWISE: return "blockwise";
     case STOF_ATTN_ROWWISE: return "rowwise";
     case STOF_ATTN_BLOCKWISE_SM90: return "blockwise_sm90";
+    case STOF_ATTN_BLOCKWISE_SM90_WS: return "blockwise_sm90_ws";
     default: return "cpu";
     }
 }
@@ -485,8 +486,9 @@ static void run_case(acase *c, const char *tag)
      * configuration that serves the tiles (4 warps of 16 rows; on 128-row tiles
      * also 8 warps of 16 rows and 4 of 32, the latter up to head dim 64), then
      * the sm_90 kernel forced and in each configuration (one warpgroup of 64
-     * rows; on 128-row tiles also two of 64 rows each). */
-    const run_kind runs[9] = {{STOF_ATTN_AUTO, 0, 0, "auto"},
+     * rows; on 128-row tiles also two of 64 rows each), and the warp-specialised
+     * sm_90 kernel forced where it serves (head dim 128, all-visible or causal). */
+    const run_kind runs[10] = {{STOF_ATTN_AUTO, 0, 0, "auto"},
                               {STOF_ATTN_BLOCKWISE, 0, 0, "blockwise"},
                               {STOF_ATTN_ROWWISE, 0, 0, "rowwise"},
                               {STOF_ATTN_BLOCKWISE, 4, 64, "blockwise/4 warps"},
@@ -494,13 +496,18 @@ static void run_case(acase *c, const char *tag)
                               {STOF_ATTN_BLOCKWISE, 4, 128, "blockwise/4 warps x 32 rows"},
                               {STOF_ATTN_BLOCKWISE_SM90, 0, 0, "blockwise_sm90"},
                               {STOF_ATTN_BLOCKWISE_SM90, 4, 64, "blockwise_sm90/1 warpgroup"},
-                              {STOF_ATTN_BLOCKWISE_SM90, 8, 128, "blockwise_sm90/2 warpgroups"}};
+                              {STOF_ATTN_BLOCKWISE_SM90, 8, 128, "blockwise_sm90/2 warpgroups"},
+                              {STOF_ATTN_BLOCKWISE_SM90_WS, 0, 0, "blockwise_sm90_ws"}};
     bool blockwise_ok = (c->tile_m == 64 || c->tile_m == 128) && c->tile_n == 64;
     /* A split too wide for the sm_90 kernel is not its case (test_misuse). */
     bool split_wide = mask && stof_mask_tiles_view(mask)->split > ATTN_SM90_MAX_SPLIT;
     bool sm90_case = sm90_ok && blockwise_ok && (c->D == 64 || c->D == 128) && !split_wide;
-    for (int kk = 0; mask && kk < (on_gpu ? 9 : 1); kk++) {
+    const mask_tiles *tv = mask ? stof_mask_tiles_view(mask) : NULL;
+    bool ws_case = sm90_ok && c->D == 128 && tv && (tv->all_visible || tv->causal) &&
+                   tv->split == 1;
+    for (int kk = 0; mask && kk < (on_gpu ? 10 : 1); kk++) {
         const run_kind *rk = &runs[kk];
+        if (rk->kernel == STOF_ATTN_BLOCKWISE_SM90_WS && !ws_case) continue;
         if (rk->kernel == STOF_ATTN_BLOCKWISE_SM90 ? !sm90_case : kk > 0 && c->sm90_only) continue;
         if (rk->kernel == STOF_ATTN_BLOCKWISE && !blockwise_ok) continue;
         if (rk->block_m == 128 && c->tile_m != 128) continue;
@@ -1007,6 +1014,19 @@ static void test_misuse(void)
     stof_tensor q32d, k32d, v32d, o32d;
     operands_at(dev, n, shape32, &q32d, &k32d, &v32d, &o32d);
     CHECK_STATUS(stof_attention(ctx, &p90, &q32d, &k32d, &v32d, mask, NULL, NULL, &o32d),
+                 STOF_ERR_UNSUPPORTED);
+    /* The warp-specialised sm_90 kernel: head dim 128 only (this causal call
+     * is 64), forced through the params or given as a choice; off Hopper,
+     * refused with the device named. */
+    stof_attn_params pws = stof_attn_default_params();
+    pws.kernel = STOF_ATTN_BLOCKWISE_SM90_WS;
+    CHECK_STATUS(stof_attention(ctx, &pws, &q, &k, &v, mask, NULL, NULL, &o), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), sm90_ok ? "head dim 64" : "9.0") != NULL, "message: %s",
+          stof_last_error());
+    stof_attn_choice ws;
+    memset(&ws, 0, sizeof ws);
+    ws.kernel = STOF_ATTN_BLOCKWISE_SM90_WS;
+    CHECK_STATUS(attn_attention_with(ctx, NULL, &ws, &q, &k, &v, mask, NULL, NULL, &o),
                  STOF_ERR_UNSUPPORTED);
     /* A mask split into more residue classes than the sm_90 kernel's copy
      * engine steps over: refused by it, forced or given, with the reason;

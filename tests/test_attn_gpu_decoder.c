@@ -10,10 +10,14 @@
  * offset), top-left}, L in {1, 17, 128, 1000, 4097}. Every case runs under
  * AUTO (a bias or cap at head dim 64/128: the sm_90 kernel on Hopper) and
  * block-wise forced; where the call has no modifier and a common head dim,
- * the row-wise and sm_90 kernels forced too (they read K/V by head group). Inputs are fresh random
+ * the row-wise and both sm_90 kernels forced too (they read K/V by head group; the
+ * warp-specialised one where it serves: head dim 128, dense or causal). A second sweep
+ * (ws_sweep) covers that kernel's own ground. Inputs are fresh random
  * values with NaN in every padding row; the output is poisoned (NaN) before every run; rows with no
  * visible key must come back as exact zeros. Long rows are checked on a sample of query rows.
- * STOF_TEST_MAX_L=N skips cases longer than N (the sanitizer's subset).
+ * STOF_TEST_MAX_L=N skips cases longer than N (the sanitizer's subset);
+ * STOF_TEST_WS_ONLY=1 runs ws_sweep alone, under AUTO and with the
+ * warp-specialised kernel forced only (the sanitizers' case).
  */
 #include "attn/attn.h"
 #include "cpu/cpu_ref.h"
@@ -29,6 +33,7 @@
 static test_rng rng;
 static stof_ctx *ctx;
 static int runs_done, runs_skipped;
+static bool ws_only; /* STOF_TEST_WS_ONLY */
 
 typedef struct dcase {
     const char *mask; /* spec text */
@@ -257,9 +262,10 @@ static void run_case(dcase *c)
     /* Runs: AUTO, then each kernel forced where the call allows it. */
     const bool general =
         c->bias_kind != STOF_BIAS_NONE || c->softcap > 0.0f || D == 80 || D == 96 || D == 256;
-    const stof_attn_kernel kernels[4] = {STOF_ATTN_AUTO, STOF_ATTN_BLOCKWISE, STOF_ATTN_ROWWISE,
-                                         STOF_ATTN_BLOCKWISE_SM90};
-    for (int kk = 0; mask && kk < (general ? 2 : 4); kk++) {
+    const stof_attn_kernel kernels[5] = {STOF_ATTN_AUTO, STOF_ATTN_BLOCKWISE, STOF_ATTN_ROWWISE,
+                                         STOF_ATTN_BLOCKWISE_SM90, STOF_ATTN_BLOCKWISE_SM90_WS};
+    for (int kk = 0; mask && kk < (general ? 2 : 5); kk++) {
+        if (ws_only && kk != 0 && kernels[kk] != STOF_ATTN_BLOCKWISE_SM90_WS) continue;
         stof_attn_params p = stof_attn_default_params();
         p.kernel = kernels[kk];
         p.bias_kind = c->bias_kind;
@@ -420,6 +426,50 @@ static void sweep(void)
             }
 }
 
+/* The warp-specialised sm_90 kernel's ground (blockwise_ws_sm90.cu), every
+ * case under AUTO (which picks it on Hopper) and with each kernel forced:
+ * head dim 128, fp16 and bf16, dense and causal, L in {1, 17, 128, 129,
+ * 1000, 4097} (129: a second row block of one row, and a key tile of one
+ * key), Lq = Lk, Lq < Lk bottom-right and top-left, one length, per-entry
+ * lengths (padded) and packed, MHA, GQA 4:1 and MQA. The axes after the
+ * length and mask rotate with the case number so that every pair of values
+ * meets. */
+static void ws_sweep(void)
+{
+    static const int lens[] = {1, 17, 128, 129, 1000, 4097};
+    const char *max_env = getenv("STOF_TEST_MAX_L");
+    const int max_l = max_env ? atoi(max_env) : 1 << 30;
+    int n = 0;
+    for (int li = 0; li < 6; li++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int layout = 0; layout < 3; layout++, n++) { /* one length, padded, packed */
+                const int L = lens[li];
+                if (L > max_l) continue;
+                dcase c;
+                memset(&c, 0, sizeof c);
+                c.D = 128;
+                c.dt = (n + li) % 2 ? STOF_BF16 : STOF_F16;
+                const int heads = (n + causal) % 3; /* MHA, GQA 4:1, MQA */
+                c.H = heads == 0 ? 4 : 8;
+                c.Hkv = heads == 0 ? 4 : heads == 1 ? 2 : 1;
+                c.B = L >= 1000 ? 2 : 3;
+                const int offset_kind = (n / 3 + layout) % 3; /* Lq = Lk, bottom-right, top-left */
+                c.Lk = L;
+                c.Lq = offset_kind != 0 && L > 1 ? (L + 2) / 3 : L;
+                static char text[32];
+                snprintf(text, sizeof text, "%s%s", causal ? "causal" : "full",
+                         offset_kind == 2 ? ",topleft" : "");
+                c.mask = text;
+                c.lengths = layout > 0;
+                c.packed = layout == 2;
+                for (int b = 0; b < c.B; b++) {
+                    c.lens_k[b] = b == 0 || !c.lengths ? c.Lk : (int)test_rng_int(&rng, 1, c.Lk);
+                    c.lens_q[b] = b == 0 || !c.lengths ? c.Lq : (int)test_rng_int(&rng, 1, c.Lq);
+                }
+                run_case(&c);
+            }
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed() ^ 0xdec0de);
@@ -431,7 +481,9 @@ int main(void)
     cp.device = STOF_DEVICE_GPU;
     CHECK_OK(stof_ctx_create(&cp, &ctx));
     if (!ctx) return test_finish("test_attn_gpu_decoder");
-    sweep();
+    ws_only = getenv("STOF_TEST_WS_ONLY") != NULL;
+    if (!ws_only) sweep();
+    ws_sweep();
     printf("test_attn_gpu_decoder: %d runs, %d forced runs skipped (kernel cannot serve)\n",
            runs_done, runs_skipped);
     stof_ctx_destroy(ctx);

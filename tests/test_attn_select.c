@@ -27,7 +27,7 @@ static attn_device a100(void)
 
 static attn_problem problem(int B, int H, int L, int D, int tm, int tn, double tiles_per_row)
 {
-    attn_problem p = {B, H, L, L, D, tm, tn, tiles_per_row, 1.0, 0, 0};
+    attn_problem p = {B, H, L, L, D, tm, tn, tiles_per_row, 1.0, 0, 0, 0};
     return p;
 }
 
@@ -396,6 +396,51 @@ static void test_sm90_rule(void)
     CHECK(strstr(stof_last_error(), "32x32") != NULL, "message: %s", stof_last_error());
 }
 
+/* Rule 4: head dim 128 with an all-visible or causal mask (no split, no
+ * modifiers) takes the warp-specialised kernel where rule 3 would run the
+ * wgmma kernel; forcing either sm_90 kernel gets that one. */
+static void test_ws_rule(void)
+{
+    attn_device d = h100_sm90(), a = h100(), nb = h100_sm90();
+    a.cc = 80;
+    nb.sm90_kernels = 0;
+    stof_attn_choice ch;
+    attn_problem p = problem(4, 16, 4096, 128, 128, 64, 64.0);
+    p.analytic = 1;
+    check_choice("dense 4096 head dim 128", p, d, STOF_ATTN_BLOCKWISE_SM90_WS, 0, 0);
+    CHECK(attn_ws_serves(128, 1, 0) && !attn_ws_serves(64, 1, 0) && !attn_ws_serves(128, 0, 0) &&
+              !attn_ws_serves(128, 1, 1),
+          "attn_ws_serves");
+    CHECK(ATTN_WS_SMEM_BYTES == 32768 + 131072 + 1024 + 128, "ws smem %d", ATTN_WS_SMEM_BYTES);
+    p = causal(1, 32, 8192, 128, 128, 64, 64.0);
+    p.analytic = 1;
+    check_choice("causal 8192 head dim 128", p, d, STOF_ATTN_BLOCKWISE_SM90_WS, 0, 0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE_SM90, "forced old sm_90: kernel %d", ch.kernel);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90_WS, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE_SM90_WS && ch.block_m == 128 && ch.block_n == 128,
+          "forced ws: kernel %d block %dx%d", ch.kernel, ch.block_m, ch.block_n);
+    /* Not served: head dim 64, a listed mask, modifiers, another device, no build. */
+    check_choice("dense 4096 head dim 64", problem(4, 16, 4096, 64, 128, 64, 64.0), d,
+                 STOF_ATTN_BLOCKWISE_SM90, 0, 0);
+    p = problem(4, 16, 4096, 128, 128, 64, 64.0);
+    check_choice("listed mask at head dim 128", p, d, STOF_ATTN_BLOCKWISE_SM90, 0, 0);
+    CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90_WS, &ch), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), "another mask") != NULL, "message: %s", stof_last_error());
+    p.analytic = 1;
+    p.mods = 1;
+    CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90_WS, &ch), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), "a bias or soft cap") != NULL, "message: %s",
+          stof_last_error());
+    p.mods = 0;
+    CHECK_STATUS(attn_select(&p, &a, STOF_ATTN_BLOCKWISE_SM90_WS, &ch), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), "8.0") != NULL, "message: %s", stof_last_error());
+    CHECK_STATUS(attn_select(&p, &nb, STOF_ATTN_BLOCKWISE_SM90_WS, &ch), STOF_ERR_UNSUPPORTED);
+    CHECK(strstr(stof_last_error(), "not built") != NULL, "message: %s", stof_last_error());
+    CHECK_OK(attn_select(&p, &nb, STOF_ATTN_AUTO, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE, "no sm_90a build: kernel %d", ch.kernel);
+}
+
 static int naive_nth(uint64_t w, int n)
 {
     for (int i = 0; i < 64; i++)
@@ -439,6 +484,7 @@ int main(void)
     test_rowwise_choices();
     test_forced_and_extremes();
     test_sm90_rule();
+    test_ws_rule();
     test_bits();
     return test_finish("test_attn_select");
 }

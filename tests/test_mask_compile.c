@@ -305,6 +305,45 @@ static void test_row_imbalance(stof_ctx *ctx)
     }
 }
 
+/* The causal flag (mask.h): set for the causal mask however it is written,
+ * at either alignment, and for nothing else; check_causal (test_mask_gen.c)
+ * holds every flagged random case to its promise. */
+static void test_causal_flag(stof_ctx *ctx)
+{
+    static const struct {
+        const char *spec;
+        int causal, all_visible;
+    } cases[] = {{"causal", 1, 0},
+                 {"causal,topleft", 1, 0},
+                 {"full,within:causal", 1, 0},
+                 {"causal,within:causal", 1, 0},
+                 {"causal,within:4", 0, 0},
+                 {"full", 0, 1},
+                 {"full,causal", 0, 1},
+                 {"window:128", 0, 0},
+                 {"causal,window:16", 0, 0},
+                 {"causal,global:2", 0, 0},
+                 {"full,within:causal,global:2", 1, 0}}; /* the band cuts every part */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        stof_mask_spec *spec = NULL;
+        CHECK_OK(stof_mask_spec_parse(cases[i].spec, &spec));
+        stof_mask_params p = stof_mask_default_params();
+        p.batch = 2;
+        p.len_q = 300;
+        p.len_k = 700;
+        stof_mask *m = NULL;
+        CHECK_OK(stof_mask_compile(ctx, spec, &p, &m));
+        if (m) {
+            const mask_tiles *t = stof_mask_tiles_view(m);
+            CHECK(t->causal == cases[i].causal && t->all_visible == cases[i].all_visible,
+                  "%s: causal %d all_visible %d (want %d, %d)", cases[i].spec, t->causal,
+                  t->all_visible, cases[i].causal, cases[i].all_visible);
+        }
+        stof_mask_destroy(m);
+        stof_mask_spec_destroy(spec);
+    }
+}
+
 /* Dilated masks stored split by residue class (mask.h): when the compiler
  * splits and when it must not, and a split mask read back (decode, stats,
  * tile choice) as the mask it stands for. */
@@ -506,6 +545,7 @@ int main(void)
     test_known_answers(ctx);
     test_tile_rule(ctx);
     test_row_imbalance(ctx);
+    test_causal_flag(ctx);
     test_residue_split(ctx);
     test_band_estimate(ctx);
     test_words(&r, 300);

@@ -25,7 +25,8 @@ DEVICE_AUTO, DEVICE_CPU, DEVICE_GPU = 0, 1, 2
 F32, F16, BF16, I32, U8, I64 = 0, 1, 2, 3, 4, 5
 MEM_HOST, MEM_DEVICE = 0, 1
 BUILDERS = {"auto": 0, "cpu": 1, "gpu": 2}
-KERNELS = {"auto": 0, "blockwise": 1, "rowwise": 2, "cpu": 3, "blockwise_sm90": 4}
+KERNELS = {"auto": 0, "blockwise": 1, "rowwise": 2, "cpu": 3, "blockwise_sm90": 4,
+           "blockwise_sm90_ws": 5}
 KERNEL_NAMES = {v: k for k, v in KERNELS.items()}
 MAX_DIMS = 4
 

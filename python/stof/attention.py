@@ -28,7 +28,7 @@ class T5Bias:
         self.bidirectional = bool(bidirectional)
         self.max_distance = int(max_distance)
 KernelChoice.__doc__ = ("What stof.attention would run: kernel ('blockwise', 'blockwise_sm90', "
-                        "'rowwise' or 'cpu'), tile block_m x block_n, warps per CTA, selector "
+                        "'blockwise_sm90_ws', 'rowwise' or 'cpu'), tile block_m x block_n, warps per CTA, selector "
                         "score, and split: the residue classes a dilated mask runs as sequences "
                         "of their own (1: none).")
 
@@ -100,9 +100,9 @@ class _Call:
 
     def __init__(self, q, k, v, mask, lengths, lengths_k, layout, cu_seqlens_q, cu_seqlens_k,
                  max_seqlen_q, max_seqlen_k, scale, kernel, bias=None, alibi=None, softcap=None):
-        if kernel not in ("auto", "blockwise", "blockwise_sm90", "rowwise"):
-            raise ValueError("kernel must be 'auto', 'blockwise', 'blockwise_sm90' or 'rowwise', "
-                             f"got {kernel!r}")
+        if kernel not in ("auto", "blockwise", "blockwise_sm90", "blockwise_sm90_ws", "rowwise"):
+            raise ValueError("kernel must be 'auto', 'blockwise', 'blockwise_sm90', "
+                             f"'blockwise_sm90_ws' or 'rowwise', got {kernel!r}")
         self.params = _lib.fn("stof_attn_default_params")()
         self.params.scale = 0.0 if scale is None else float(scale)
         self.params.kernel = _lib.KERNELS[kernel]
@@ -287,7 +287,8 @@ def attention(q, k, v, mask=None, scale=None, lengths=None, kernel="auto", layou
     [Tk, H, D], prefix sums [B+1]; max_seqlen_q/_k: the padded length the mask is
     compiled for (default: the longest sequence, which reads cu_seqlens on the host).
     scale: softmax scale, default 1/sqrt(D). kernel: "auto", "blockwise", "blockwise_sm90"
-    (Hopper, compute capability 9.0), "rowwise".
+    (Hopper, compute capability 9.0), "blockwise_sm90_ws" (Hopper, head dim 128, dense or
+    causal masks), "rowwise".
     Returns a new tensor/array in q's layout, dtype and device (or fills `out`).
     """
     if v is None:

@@ -51,10 +51,11 @@ static stof_status check_params(const stof_attn_params *p)
     STOF_REQUIRE(p->t5_max_distance >= 0, STOF_ERR_INVALID_ARG,
                  "attention t5_max_distance is %d (0: 128, else positive)", p->t5_max_distance);
     STOF_REQUIRE(p->kernel == STOF_ATTN_AUTO || p->kernel == STOF_ATTN_BLOCKWISE ||
-                     p->kernel == STOF_ATTN_ROWWISE || p->kernel == STOF_ATTN_BLOCKWISE_SM90,
+                     p->kernel == STOF_ATTN_ROWWISE || p->kernel == STOF_ATTN_BLOCKWISE_SM90 ||
+                     p->kernel == STOF_ATTN_BLOCKWISE_SM90_WS,
                  STOF_ERR_INVALID_ARG,
-                 "attention kernel %d is not AUTO, BLOCKWISE, BLOCKWISE_SM90 or ROWWISE "
-                 "(STOF_ATTN_CPU is only reported)",
+                 "attention kernel %d is not AUTO, BLOCKWISE, BLOCKWISE_SM90, BLOCKWISE_SM90_WS "
+                 "or ROWWISE (STOF_ATTN_CPU is only reported)",
                  (int)p->kernel);
     return STOF_OK;
 }
@@ -374,6 +375,7 @@ static attn_problem problem_of(const attn_shape *s, stof_mask *mask)
     p.tiles_per_row = e ? e->tiles_per_row : (double)t->n_tcol;
     p.row_imbalance = e ? e->row_imbalance : 1.0;
     p.even_full = t->all_visible && t->bm == 1 && t->split == 1;
+    p.analytic = (t->all_visible || t->causal) && t->split == 1;
     p.mods = s->mods;
     return p;
 }
@@ -532,11 +534,18 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
         const mask_tiles *t = stof_mask_tiles_view(mask);
         ch = *choice;
         STOF_REQUIRE(ch.kernel == STOF_ATTN_BLOCKWISE || ch.kernel == STOF_ATTN_ROWWISE ||
-                         ch.kernel == STOF_ATTN_BLOCKWISE_SM90,
+                         ch.kernel == STOF_ATTN_BLOCKWISE_SM90 ||
+                         ch.kernel == STOF_ATTN_BLOCKWISE_SM90_WS,
                      STOF_ERR_INVALID_ARG,
-                     "attention choice: kernel %d is not BLOCKWISE, BLOCKWISE_SM90 or ROWWISE",
+                     "attention choice: kernel %d is not BLOCKWISE, BLOCKWISE_SM90, "
+                     "BLOCKWISE_SM90_WS or ROWWISE",
                      (int)ch.kernel);
-        if (ch.kernel == STOF_ATTN_BLOCKWISE_SM90) {
+        if (ch.kernel == STOF_ATTN_BLOCKWISE_SM90_WS) {
+            /* The selector's checks (device, build, head dim, mask, modifiers). */
+            attn_problem prob = problem_of(&s, mask);
+            attn_device dev = device_of(ctx);
+            STOF_TRY(attn_select(&prob, &dev, STOF_ATTN_BLOCKWISE_SM90_WS, &ch));
+        } else if (ch.kernel == STOF_ATTN_BLOCKWISE_SM90) {
             attn_device dev = device_of(ctx);
             if (ch.block_m == 0) ch.block_m = 16 * ch.warps; /* 64 rows per warpgroup */
             STOF_REQUIRE(dev.cc == 90 && dev.sm90_kernels, STOF_ERR_UNSUPPORTED,
@@ -580,6 +589,14 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
     a.section = l2_section(ctx, &a);
     if (ch.kernel == STOF_ATTN_BLOCKWISE)
         return attn_blockwise_run(&a, ch.warps, ch.block_m, ctx->stream);
+    if (ch.kernel == STOF_ATTN_BLOCKWISE_SM90_WS) {
+#ifdef STOF_HAVE_ATTN_SM90
+        return attn_ws_sm90_run(&a, ctx->stream);
+#else
+        return stof_error(STOF_ERR_UNSUPPORTED,
+                          "the warp-specialised sm_90 kernel is not built into this library");
+#endif
+    }
     if (ch.kernel == STOF_ATTN_BLOCKWISE_SM90) {
 #ifdef STOF_HAVE_ATTN_SM90
         return attn_blockwise_sm90_run(&a, ch.warps, ch.block_m, ctx->stream);

@@ -128,6 +128,13 @@ stof_status attn_blockwise_sm90_prepare(void);
 int attn_sm90_available(const stof_ctx *ctx, int head_dim, int tile_m, int tile_n, int warps,
                         int block_m);
 
+/* The warp-specialised sm_90 kernel of head dim 128 (blockwise_ws_sm90.cu,
+ * built with blockwise_sm90.cu): all-visible and causal masks without a
+ * split, bias or soft cap (select.h, rule 4). attn_ws_sm90_prepare raises its
+ * shared-memory limit (attn_blockwise_sm90_prepare calls it). */
+stof_status attn_ws_sm90_run(const attn_launch *a, void *stream);
+stof_status attn_ws_sm90_prepare(void);
+
 /* Row-wise kernel: one warp per query row, any tile shape with tile_n <= 128. */
 int attn_rowwise_available(int head_dim, int tile_n);
 stof_status attn_rowwise_run(const attn_launch *a, void *stream);

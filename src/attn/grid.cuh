@@ -71,14 +71,13 @@ static inline stof_status attn_opt_in_once(unsigned long long *done, const V *va
     return STOF_OK;
 }
 
-/* Launches a block-wise kernel fn of threads threads on the grid of
- * attn_block_order, block_m query rows per CTA. args: the kernel's parameters
- * (the first is the attn_launch a); NULL: a alone. */
-static inline stof_status attn_block_launch(const attn_launch *a, const void *fn, int block_m,
-                                            int threads, size_t smem, cudaStream_t stream,
-                                            void **args = NULL)
+/* Launches a kernel fn of threads threads on the grid of attn_block_order,
+ * row_blocks query row blocks per (head, batch entry). args: the kernel's
+ * parameters (the first is the attn_launch a); NULL: a alone. */
+static inline stof_status attn_grid_launch(const attn_launch *a, const void *fn, int64_t row_blocks,
+                                           int block_m, int threads, size_t smem,
+                                           cudaStream_t stream, void **args = NULL)
 {
-    const int64_t row_blocks = (int64_t)a->tiles.n_trow * (a->tiles.tile_m / block_m);
     const int64_t ctas = row_blocks * a->heads * a->batch;
     STOF_REQUIRE(a->heavy_first ? ctas < INT32_MAX && a->section >= 1
                                 : row_blocks <= 65535 && a->batch <= 65535 && a->heads <= 65535,
@@ -95,6 +94,16 @@ static inline stof_status attn_block_launch(const attn_launch *a, const void *fn
     return STOF_CUDA(cudaGetLastError());
 }
 
+/* Launches a block-wise kernel fn: attn_grid_launch over the mask's tile rows,
+ * block_m query rows per CTA. */
+static inline stof_status attn_block_launch(const attn_launch *a, const void *fn, int block_m,
+                                            int threads, size_t smem, cudaStream_t stream,
+                                            void **args = NULL)
+{
+    const int64_t row_blocks = (int64_t)a->tiles.n_trow * (a->tiles.tile_m / block_m);
+    return attn_grid_launch(a, fn, row_blocks, block_m, threads, smem, stream, args);
+}
+
 /* Where one (b, hv) sequence lives and how long it is, for either layout
  * (hv: the kernels' head, a real head's residue class under a split, attn.h).
  * The lengths are the mask's, clipped to cu_seqlens for a packed batch so that
@@ -105,6 +114,8 @@ typedef struct attn_seq {
     const uint16_t *q, *k, *v;
     uint16_t *o;
     int len_q, len_k, store_rows;
+    int q_row0; /* row of q and out of the first query (packed: its token; plus the
+                   residue class under a split) */
     int k_row0; /* row of k and v of the first key (its token: the sequence's first under a
                    packed layout, plus the residue class under a split) */
     int head;   /* the real head (hv / split) */
@@ -139,6 +150,7 @@ static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int
         s.len_k = min(s.len_k, rows_k);
     }
     s.k_row0 = (int)k0;
+    s.q_row0 = (int)q0;
     s.head = h;
     s.kv_head = h / a->kv_group; /* grouped-query: k and v are read in place, never repeated */
     const int hk = s.kv_head;
@@ -150,6 +162,7 @@ static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int
         /* Residue class p: rows p, p + d, ... of the sequence. */
         const int p = hv - h * d;
         s.k_row0 += p;
+        s.q_row0 += p;
         s.q += p * a->q_sp;
         s.k += p * a->k_sp;
         s.v += p * a->v_sp;

@@ -155,6 +155,32 @@ static stof_attn_choice sm90_choice(const attn_problem *p, const attn_device *de
     return ch;
 }
 
+int attn_ws_serves(int head_dim, int analytic, int mods)
+{
+    return head_dim == 128 && analytic && !mods;
+}
+
+int attn_ws_usable(const attn_device *dev, const attn_problem *p)
+{
+    return dev->cc == 90 && dev->sm90_kernels &&
+           attn_ws_serves(p->head_dim, p->analytic, p->mods) &&
+           ATTN_WS_SMEM_BYTES <= dev->smem_per_block;
+}
+
+/* Rule 4. of select.h; the kernel is usable (attn_ws_usable). */
+static stof_attn_choice ws_choice(double score)
+{
+    stof_attn_choice ch;
+    memset(&ch, 0, sizeof ch);
+    ch.split = 1;
+    ch.kernel = STOF_ATTN_BLOCKWISE_SM90_WS;
+    ch.block_m = 128;
+    ch.block_n = 128;
+    ch.warps = 12;
+    ch.score = score;
+    return ch;
+}
+
 static stof_attn_choice rowwise_choice(const attn_problem *p, double advantage)
 {
     stof_attn_choice ch;
@@ -173,6 +199,21 @@ stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn
 {
     const double advantage = attn_rowwise_advantage(p);
     const int general = p->mods || !attn_head_dim_common(p->head_dim);
+    if (forced == STOF_ATTN_BLOCKWISE_SM90_WS) {
+        STOF_REQUIRE(dev->cc == 90 && dev->sm90_kernels, STOF_ERR_UNSUPPORTED,
+                     "the warp-specialised sm_90 kernel needs a compute capability 9.0 device and "
+                     "a build with 90 in STOF_CUDA_ARCHS (device: %d.%d, sm_90a kernels %s)",
+                     dev->cc / 10, dev->cc % 10, dev->sm90_kernels ? "built" : "not built");
+        STOF_REQUIRE(
+            attn_ws_usable(dev, p), STOF_ERR_UNSUPPORTED,
+            "the warp-specialised sm_90 kernel serves head dim 128 with an all-visible or "
+            "causal mask (not split) and no bias or soft cap (asked: head dim %d, %s mask, "
+            "%s)",
+            p->head_dim, p->analytic ? "all-visible or causal" : "another",
+            p->mods ? "a bias or soft cap" : "no bias or cap");
+        *out = ws_choice(0.0);
+        return STOF_OK;
+    }
     /* A bias or cap at head dim 64 or 128: the sm_90 kernel's modifier
      * variants (one warpgroup) where it runs, unless block-wise is forced. */
     if (p->mods && forced != STOF_ATTN_BLOCKWISE && forced != STOF_ATTN_ROWWISE &&
@@ -260,7 +301,7 @@ stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn
     }
     if (forced == STOF_ATTN_AUTO && attn_sm90_usable(dev, p->head_dim, p->tile_m, p->tile_n) &&
         !attn_sm90_short_grid(p, dev)) {
-        *out = sm90_choice(p, dev, best_score);
+        *out = attn_ws_usable(dev, p) ? ws_choice(best_score) : sm90_choice(p, dev, best_score);
         return STOF_OK;
     }
     const attn_bw_config *c = &attn_bw_configs[best];

@@ -98,6 +98,16 @@
  *    The score stays the block-wise figure of 2. (the model is calibrated for
  *    mma.sync; here it only separates block-wise from row-wise).
  *
+ * 4. Head dim 128 on sm_90 with an all-visible or causal mask (no split, no
+ *    bias or soft cap): where 3. would run the wgmma kernel, the
+ *    warp-specialised one (blockwise_ws_sm90.cu: a TMA producer warpgroup
+ *    and two consumer warpgroups of 64 rows, 128-key tiles, ping-pong)
+ *    runs instead, reported as block_m 128, block_n 128, 12 warps. Its
+ *    reason is the gap to cuDNN at head dim 128 (blockwise_sm90.cu: 470-526
+ *    TFLOP/s on an H200 against 590-660); forcing STOF_ATTN_BLOCKWISE_SM90
+ *    keeps the older kernel, so both can be timed side by side
+ *    (bench_attention --kernels sm90,sm90_ws).
+ *
  * A row-wise choice reports score = t_blk / t_row (> 1: row-wise is the cheaper).
  */
 #ifndef STOF_ATTN_SELECT_H
@@ -157,6 +167,8 @@ typedef struct attn_problem {
                              the sm_90 kernel's (one warpgroup) at head dims 64 and 128
                              where it runs, else the block-wise kernel's (4 warps of
                              64-row blocks) */
+    int analytic;         /* the mask is all-visible or causal (mask_tiles) and not split:
+                             the warp-specialised kernel (rule 4) needs no tile list */
 } attn_problem;
 
 typedef struct attn_bw_config {
@@ -204,10 +216,18 @@ int attn_sm90_short_grid(const attn_problem *p, const attn_device *dev);
  * 64 for the mbarriers of the K and V buffers. */
 int64_t attn_sm90_smem_bytes(int head_dim, int block_m);
 
-/* The decision. forced: STOF_ATTN_AUTO, _BLOCKWISE, _BLOCKWISE_SM90 or
- * _ROWWISE. Fails (with the message set) only when a forced block-wise run has
- * no configuration for the mask's tile shape or head dim, or a forced sm_90
- * run cannot run on this device or build. */
+/* Rule 4: the warp-specialised sm_90 kernel (blockwise_ws_sm90.cu) serves
+ * head dim 128 on all-visible and causal masks (analytic) without a bias or
+ * soft cap; its CTA holds two 64-row Q tiles and two 128-key stages of K and
+ * V, 1024 bytes to align them and its mbarriers. */
+#define ATTN_WS_SMEM_BYTES (2 * 64 * 128 * 2 + 4 * 128 * 128 * 2 + 1024 + 128)
+int attn_ws_serves(int head_dim, int analytic, int mods);
+int attn_ws_usable(const attn_device *dev, const attn_problem *p);
+
+/* The decision. forced: STOF_ATTN_AUTO, _BLOCKWISE, _BLOCKWISE_SM90,
+ * _BLOCKWISE_SM90_WS or _ROWWISE. Fails (with the message set) only when a
+ * forced block-wise run has no configuration for the mask's tile shape or
+ * head dim, or a forced sm_90 run cannot run on this device or build. */
 stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn_kernel forced,
                         stof_attn_choice *out);
 

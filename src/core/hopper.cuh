@@ -125,6 +125,35 @@ static __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorM
                  : "memory");
 }
 
+/* ---------------------------------------------------------------- warp specialisation */
+
+/* The warpgroup's registers per thread lowered (producer) or raised
+ * (consumers) to N, a multiple of 8 in [24, 256]: the CTA's register file
+ * moves from the warpgroups that issue copies to those that hold
+ * accumulators. Every warp of the warpgroup executes it. */
+template <int N> static __device__ __forceinline__ void setmaxnreg_dec(void)
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+template <int N> static __device__ __forceinline__ void setmaxnreg_inc(void)
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+/* Named barrier ID over N threads: wait for it (bar.sync), or count this
+ * warp's threads towards it and go on (bar.arrive). Immediate ids, so that
+ * the CTA reserves only the barriers it names. */
+template <int ID, int N> static __device__ __forceinline__ void named_bar_sync(void)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(N) : "memory");
+}
+
+template <int ID, int N> static __device__ __forceinline__ void named_bar_arrive(void)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(N) : "memory");
+}
+
 /* ---------------------------------------------------------------- host: tensor maps */
 
 typedef PFN_cuTensorMapEncodeTiled_v12000 stof_tma_encode_fn;

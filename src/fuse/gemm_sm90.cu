@@ -117,16 +117,6 @@ template <int BN, int WG, int STAGES> struct sm90_traits {
 
 /* ---------------------------------------------------------------- PTX */
 
-template <int N> static __device__ __forceinline__ void setmaxnreg_dec(void)
-{
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-
-template <int N> static __device__ __forceinline__ void setmaxnreg_inc(void)
-{
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-
 #define SM90_REGS_0_63                                                                             \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "   \
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "   \

@@ -48,6 +48,7 @@ void mask_point_tiles(stof_mask *m, const mask_plan *plan, void *base)
     t->bitmap = (const uint64_t *)(p + m->lay.bitmap);
     t->split = 1;
     t->all_visible = 0;
+    t->causal = 0;
     t->align_end = plan->align_end;
     m->storage = base;
 }
@@ -295,6 +296,22 @@ static bool spec_all_visible(const stof_mask_spec *spec, const mask_plan *plan)
     return false;
 }
 
+/* Whether the spec is the causal mask (mask.h, causal): within a band whose
+ * left side reaches every pair (as for all_visible), either a full part cut
+ * by a band ending at the diagonal (within:causal) or causal parts alone,
+ * which a band ending at or past the diagonal leaves as they are. */
+static bool spec_causal(const stof_mask_spec *spec, const mask_plan *plan)
+{
+    int64_t rows = (int64_t)plan->n_trow * plan->tm;
+    if (spec->n_parts < 1 || spec->band_left < rows + plan->lk) return false;
+    bool full = false, causal_only = true;
+    for (int i = 0; i < spec->n_parts; i++) {
+        full = full || spec->parts[i].kind == MASK_PART_FULL;
+        causal_only = causal_only && spec->parts[i].kind == MASK_PART_CAUSAL;
+    }
+    return full ? spec->band_right == 0 : causal_only && spec->band_right >= 0;
+}
+
 /* ---------------------------------------------------------------- residue split */
 
 /* The d by which a mask of this spec and these params is stored split
@@ -402,7 +419,10 @@ stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
 #else
         st = cpu_build(ctx, spec, &plan, m);
 #endif
-        if (st == STOF_OK) m->t.all_visible = spec_all_visible(spec, &plan);
+        if (st == STOF_OK) {
+            m->t.all_visible = spec_all_visible(spec, &plan);
+            m->t.causal = !m->t.all_visible && spec_causal(spec, &plan);
+        }
     }
     mask_plan_free(&plan);
     if (st != STOF_OK) {

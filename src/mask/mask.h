@@ -70,6 +70,10 @@ typedef struct mask_tiles {
                                  but a last one cut by len_k; kernels may skip the list */
     int align_end;            /* 1: bottom-right alignment (stof.h): query row i of entry b
                                  sits at i + len_k[b] - len_q[b], for the position biases */
+    int causal;               /* 1: the spec is the causal mask (a causal part, or a full
+                                 part within:causal; the band's left side open), so that
+                                 row i < len_q sees keys j <= i + mask_tiles_offset,
+                                 j < len_k; kernels may skip the list */
 } mask_tiles;
 
 /* The row offset of entry b's positions (position biases; the compiled tiles

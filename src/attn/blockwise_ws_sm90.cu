@@ -1,0 +1,407 @@
+/*
+ * blockwise_ws_sm90.cu — attention at head dim 128 on Hopper (sm_90a) with
+ * warp specialisation, for the masks that need no tile list: all-visible ones
+ * (mask.h's all_visible: dense, padded and packed batches, Lq != Lk) and the
+ * causal mask (mask.h's causal, bottom-right alignment included), fp16 and
+ * bf16, grouped-query heads read in place. Everything else (other masks, a
+ * bias or soft cap, other head dims, split masks) stays on blockwise_sm90.cu,
+ * whose contract this kernel keeps: online softmax in the log2 domain, rows
+ * with nothing visible and rows past a sequence write zeros, keys past a
+ * sequence masked out of S and their V rows zeroed before P V (the memory
+ * there may hold NaN, and P = 0 times NaN is NaN).
+ *
+ * Why a second kernel. At head dim 128 blockwise_sm90.cu ran 470-526 TFLOP/s
+ * on an H200 where cuDNN's SDPA runs 590-660: its consumer warpgroups issue
+ * the copies themselves and meet at a CTA barrier every 64-key tile, so the
+ * tensor pipe idles while the slowest warpgroup reaches it. The structure
+ * here is FlashAttention-3's (read for ideas, written anew):
+ *
+ *   one CTA per SM (384 threads): warpgroup 0 is the producer, which gives
+ *   its registers away (setmaxnreg 24) and whose one elected thread moves Q
+ *   (once) and every 128-key K and V tile by the copy engine (TMA) into a
+ *   ring of two stages, each with a full and an empty mbarrier; warpgroups 1
+ *   and 2 are the consumers (setmaxnreg 240), each owning 64 of the CTA's 128
+ *   query rows:
+ *     S = Q K^T   m64n128k16, Q and K from shared memory (Q in registers as
+ *                 blockwise_sm90.cu holds it would cost 32 more registers a
+ *                 thread beside O, S and P: 64 + 64 + 32 of the 240);
+ *     softmax     online, log2 domain, the scale folded into the exponent's
+ *                 FFMA; only the tiles that reach past a row's last key
+ *                 (the sequence's end, or the causal diagonal) are masked,
+ *                 by index compare;
+ *     O += P V    m64n128k16, P from registers (the accumulator of S packed
+ *                 in place into A fragments), V MN-major from shared memory.
+ *   Intra-warpgroup overlap: iteration i issues S_i, then P_{i-1} V_{i-1},
+ *   waits for S_i alone and exponentiates it while the product runs (inside
+ *   a branch of its own: ptxas hoists a wgmma wait to the top of its basic
+ *   block); O is rescaled and P_i packed after the second wait.
+ *   Inter-warpgroup ping-pong: each consumer issues its products only after
+ *   the other has issued its own (two named barriers), so that one's softmax
+ *   runs while the other's products hold the tensor pipe.
+ *
+ * The last tile of a sequence may bring rows past its keys: the producer warp
+ * waits for that V tile itself (on a barrier of its own), zeroes those rows,
+ * and only then completes the stage's full barrier. Q rows past the sequence
+ * are computed and never stored (store_output writes zeros there).
+ *
+ * Causal: the CTA's keys end at its last live row's diagonal (row + off + 1,
+ * off = len_k - len_q under bottom-right alignment, 0 under top-left), so no
+ * tile past the diagonal is loaded; tiles crossing it are masked by index.
+ * The heavy-first launch order of grid.cuh applies (attention.c sets it from
+ * the mask's row imbalance).
+ */
+#include "attn/attn.h"
+#include "attn/grid.cuh"
+#include "attn/select.h"
+#include "attn/sm90.cuh"
+#include "core/hopper.cuh"
+#include "core/launch.cuh"
+#include "core/ptx.cuh"
+
+#include <cuda_runtime.h>
+
+#define WS_D 128
+#define WS_BLOCK_M 128                 /* query rows of a CTA (64 per consumer warpgroup) */
+#define WS_BLOCK_N 128                 /* keys of a K/V tile */
+#define WS_Q_TILE (64 * WS_D * 2)      /* one consumer's Q rows, two 8 KB column blocks */
+#define WS_KV_BLOCK (WS_BLOCK_N * 128) /* one 64-element column block of a K/V tile */
+#define WS_KV_TILE (WS_BLOCK_N * WS_D * 2)
+#define WS_CONSUMERS 256 /* threads of the two consumer warpgroups */
+/* Q, two K and two V stages, ten mbarriers; 1024 bytes of slack to align the base. */
+#define WS_SMEM ATTN_WS_SMEM_BYTES
+static_assert(WS_SMEM >= 2 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 80, "select.h's figure");
+
+/* The producer's and the consumers' registers per thread: 24 * 128 + 240 *
+ * 256 = 64512, the 168 a thread of 384 that __launch_bounds__(384, 1) leaves. */
+#define WS_PRODUCER_REGS 24
+#define WS_CONSUMER_REGS 240
+
+/* S = Q K^T for one consumer warpgroup: eight k16 steps, 32 bytes along a
+ * 128-byte row each, four to a column block (8 KB in the 64-row Q tile, 16
+ * KB in the 128-row K tile). */
+template <int BF16>
+static __device__ __forceinline__ void ws_issue_scores(float (&s)[64], uint64_t q, uint64_t k)
+{
+#pragma unroll
+    for (int ks = 0; ks < WS_D / 16; ks++) {
+        const uint32_t in_row = (uint32_t)(ks & 3) * 32;
+        wgmma_ss_n128<BF16>(s, desc_at(q, (ks >> 2) * SM90_BLOCK_BYTES + in_row),
+                            desc_at(k, (ks >> 2) * WS_KV_BLOCK + in_row), ks > 0);
+    }
+}
+
+/* O += P V: eight k16 steps over the tile's 128 keys, 16 rows (2048 bytes)
+ * down both column blocks of V each. */
+template <int BF16>
+static __device__ __forceinline__ void ws_issue_pv(float (&o)[64], const uint32_t (&p)[8][4],
+                                                   uint64_t v)
+{
+#pragma unroll
+    for (int kk = 0; kk < WS_BLOCK_N / 16; kk++)
+        wgmma_rs<WS_D, BF16>(o, p[kk], desc_at(v, kk * 2048));
+}
+
+/* Scores of keys past a row's last visible key (lim: rows g and g + 8 of the
+ * thread) to -inf; key0: the tile's first key. A negative softmax scale flips
+ * the scores first, so that the maxima stay maxima. */
+static __device__ __forceinline__ void ws_sign_and_mask(float (&s)[64], bool negate, bool masked,
+                                                        int key0, const int (&lim)[2], int t)
+{
+    if (negate) {
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            s[i] = -s[i];
+    }
+    if (masked) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int key = key0 + 8 * j + 2 * t + e;
+                if (key > lim[0]) s[4 * j + e] = -INFINITY;
+                if (key > lim[1]) s[4 * j + 2 + e] = -INFINITY;
+            }
+        }
+    }
+}
+
+/* A 1 the compiler cannot see through: the branch it guards ends a basic
+ * block, which keeps ptxas from hoisting the next wgmma wait above the work
+ * inside it. */
+static __device__ __forceinline__ int ws_opaque_one(void)
+{
+    int x;
+    asm volatile("mov.u32 %0, 1;\n" : "=r"(x));
+    return x;
+}
+
+/* The ping-pong of the two consumers: c waits for its turn (named barrier
+ * 1 + c, which the other consumer's arrivals complete) and, once its products
+ * are issued, hands the turn over. */
+static __device__ __forceinline__ void ws_turn_wait(int c)
+{
+    if (c == 0)
+        named_bar_sync<1, WS_CONSUMERS>();
+    else
+        named_bar_sync<2, WS_CONSUMERS>();
+}
+
+static __device__ __forceinline__ void ws_turn_pass(int c)
+{
+    if (c == 0)
+        named_bar_arrive<2, WS_CONSUMERS>();
+    else
+        named_bar_arrive<1, WS_CONSUMERS>();
+}
+
+template <int BF16, bool CAUSAL>
+__global__ void __launch_bounds__(384, 1)
+    attn_ws_sm90_kernel(const attn_launch a, const __grid_constant__ CUtensorMap q_map,
+                        const __grid_constant__ CUtensorMap k_map,
+                        const __grid_constant__ CUtensorMap v_map)
+{
+    stof_grid_launch_dependents();
+    stof_grid_wait(); /* launched with PDL: the inputs are the previous kernel's outputs */
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sq = base;                  /* [2] 64-row Q tiles, one per consumer */
+    const uint32_t sk = sq + 2 * WS_Q_TILE;    /* [2] 128-key K stages */
+    const uint32_t sv = sk + 2 * WS_KV_TILE;   /* [2] 128-key V stages */
+    const uint32_t bars = sv + 2 * WS_KV_TILE; /* mbarriers: */
+    const uint32_t q_full = bars;              /*   Q landed */
+    const uint32_t k_full = bars + 8;          /*   [2] K stage landed */
+    const uint32_t k_empty = bars + 24;        /*   [2] K stage read by both consumers */
+    const uint32_t v_full = bars + 40;         /*   [2] V stage landed (tail rows zeroed) */
+    const uint32_t v_empty = bars + 56;        /*   [2] V stage read by both consumers */
+    const uint32_t v_raw = bars + 72;          /*   the last V tile landed, not yet zeroed */
+
+    const mask_tiles *t = &a.tiles;
+    int h, b, x;
+    attn_block_order(&a, &h, &b, &x);
+    const int row0 = x * WS_BLOCK_M;
+    const attn_seq s = attn_seq_of(&a, b, h);
+    if (row0 >= s.store_rows) return;
+    /* Keys the CTA reads: all of the sequence's, or (causal) up to its last
+     * live row's diagonal. off: the analytic row offset of the mask's own
+     * lengths (mask_tiles_offset). */
+    const int bi = t->bm > 1 ? b : 0;
+    const int off = t->align_end ? t->len_k[bi] - t->len_q[bi] : 0;
+    int kend = s.len_k;
+    if (CAUSAL) kend = min(kend, min(row0 + WS_BLOCK_M, s.len_q) + off);
+    const int n = kend > 0 ? (kend + WS_BLOCK_N - 1) / WS_BLOCK_N : 0;
+    if (n <= 0 || row0 >= s.len_q) {
+        store_zero_rows<WS_D, 384>(&s, &a, row0, WS_BLOCK_M);
+        return;
+    }
+    if (threadIdx.x == 0) {
+        mbar_init(q_full, 1);
+        mbar_init(v_raw, 1);
+#pragma unroll
+        for (int st = 0; st < 2; st++) {
+            mbar_init(k_full + 8 * st, 1);
+            mbar_init(v_full + 8 * st, 1);
+            mbar_init(k_empty + 8 * st, WS_CONSUMERS);
+            mbar_init(v_empty + 8 * st, WS_CONSUMERS);
+        }
+        fence_mbar_init();
+    }
+    __syncthreads();
+
+    const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
+    if (wg == 0) {
+        /* ------------------------------------------------ producer */
+        setmaxnreg_dec<WS_PRODUCER_REGS>();
+        if (threadIdx.x >= 32) return;
+        const int kv_y = s.k_row0, kv_h = s.kv_head, kv_w = a.cu_k ? 0 : b;
+        if (lane == 0) {
+            tma_prefetch_map(&k_map);
+            tma_prefetch_map(&v_map);
+            mbar_arrive_expect_tx(q_full, 2 * WS_Q_TILE);
+            const int q_w = a.cu_q ? 0 : b;
+#pragma unroll
+            for (int c = 0; c < 2; c++)
+#pragma unroll
+                for (int cb = 0; cb < 2; cb++)
+                    tma_load_4d(sq + c * WS_Q_TILE + cb * SM90_BLOCK_BYTES, &q_map, q_full, cb * 64,
+                                s.q_row0 + row0 + c * 64, h, q_w);
+        }
+        for (int i = 0; i < n; i++) {
+            const int st = i & 1, key0 = i * WS_BLOCK_N;
+            const bool tail = key0 + WS_BLOCK_N > s.len_k;
+            if (lane == 0) {
+                /* Stage st's previous tile (i - 2) released by both consumers. */
+                const uint32_t was = ((i >> 1) + 1) & 1;
+                if (i >= 2) mbar_wait(k_empty + 8 * st, was);
+                mbar_arrive_expect_tx(k_full + 8 * st, WS_KV_TILE);
+                for (int cb = 0; cb < 2; cb++)
+                    tma_load_4d(sk + st * WS_KV_TILE + cb * WS_KV_BLOCK, &k_map, k_full + 8 * st,
+                                cb * 64, kv_y + key0, kv_h, kv_w);
+                if (i >= 2) mbar_wait(v_empty + 8 * st, was);
+                const uint32_t vbar = tail ? v_raw : v_full + 8 * st;
+                mbar_arrive_expect_tx(vbar, WS_KV_TILE);
+                for (int cb = 0; cb < 2; cb++)
+                    tma_load_4d(sv + st * WS_KV_TILE + cb * WS_KV_BLOCK, &v_map, vbar, cb * 64,
+                                kv_y + key0, kv_h, kv_w);
+            }
+            __syncwarp();
+            if (tail) {
+                /* The one tile reaching past the keys (the last): its rows
+                 * there to zeros before the consumers may read it. */
+                mbar_wait(v_raw, 0);
+                zero_tail_rows<WS_D, 32, WS_BLOCK_N>(sv + st * WS_KV_TILE, s.len_k - key0, lane);
+                fence_proxy_async();
+                __syncwarp();
+                if (lane == 0) mbar_arrive(v_full + 8 * st);
+            }
+        }
+        return;
+    }
+
+    /* ---------------------------------------------------- consumers */
+    setmaxnreg_inc<WS_CONSUMER_REGS>();
+    const int c = wg - 1, warp = (threadIdx.x >> 5) & 3, tq = lane & 3;
+    const uint32_t q_tile = sq + c * WS_Q_TILE;
+    const uint64_t q_desc = opaque(sw128_desc(q_tile, 16, 1024));
+    const uint64_t k_desc = opaque(sw128_desc(sk, 16, 1024));
+    const uint64_t v_desc = opaque(sw128_desc(sv, WS_KV_BLOCK, 1024));
+    const bool negate = a.scale_log2 < 0.0f;
+    const float scale = fabsf(a.scale_log2);
+    /* The last visible key of the thread's rows g and g + 8, and the least of
+     * the warpgroup's (a tile past it needs no mask). */
+    const int row_w = row0 + c * 64 + warp * 16, row_g = row_w + (lane >> 2);
+    int lim[2] = {s.len_k - 1, s.len_k - 1};
+    int lim_wg = s.len_k - 1;
+    if (CAUSAL) {
+        lim[0] = min(lim[0], row_g + off);
+        lim[1] = min(lim[1], row_g + 8 + off);
+        lim_wg = min(lim_wg, row0 + c * 64 + off);
+    }
+    auto needs_mask = [&](int key0) { return key0 + WS_BLOCK_N - 1 > lim_wg; };
+
+    float o[64], sc[64], m[2] = {-INFINITY, -INFINITY}, l[2], alpha[2], sum[2];
+    uint32_t p[8][4];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        o[i] = sc[i] = 0.0f;
+
+    /* The second consumer lets the first issue first. */
+    if (c == 1) ws_turn_pass(c);
+    mbar_wait(q_full, 0);
+
+    /* Tile 0: S_0 and its softmax. */
+    mbar_wait(k_full, 0);
+    ws_turn_wait(c);
+    wgmma_fence();
+    ws_issue_scores<BF16>(sc, q_desc, k_desc);
+    wgmma_commit();
+    ws_turn_pass(c);
+    wgmma_wait<0>();
+    reg_fence(sc);
+    mbar_arrive(k_empty);
+    ws_sign_and_mask(sc, negate, needs_mask(0), 0, lim, tq);
+    softmax_tile<true>(sc, scale, m, alpha, sum);
+    l[0] = sum[0];
+    l[1] = sum[1];
+    pack_p<BF16>(p, sc);
+
+    for (int i = 1; i < n; i++) {
+        const int st = i & 1, key0 = i * WS_BLOCK_N;
+        /* K_i, and V_{i-1}, which the producer issued before it. */
+        mbar_wait(k_full + 8 * st, (i >> 1) & 1);
+        mbar_wait(v_full + 8 * (st ^ 1), ((i - 1) >> 1) & 1);
+        ws_turn_wait(c);
+        wgmma_fence();
+        ws_issue_scores<BF16>(sc, q_desc, desc_at(k_desc, st * WS_KV_TILE));
+        wgmma_commit();
+        ws_issue_pv<BF16>(o, p, desc_at(v_desc, (st ^ 1) * WS_KV_TILE));
+        wgmma_commit();
+        ws_turn_pass(c);
+        wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
+        reg_fence(sc);
+        mbar_arrive(k_empty + 8 * st);
+        if (ws_opaque_one()) {
+            ws_sign_and_mask(sc, negate, needs_mask(key0), key0, lim, tq);
+            softmax_tile<true>(sc, scale, m, alpha, sum);
+        }
+        wgmma_wait<0>(); /* O and P's registers are free from here on */
+        reg_fence(o);
+        mbar_arrive(v_empty + 8 * (st ^ 1));
+        rescale_o<WS_D>(o, alpha);
+        l[0] = l[0] * alpha[0] + sum[0];
+        l[1] = l[1] * alpha[1] + sum[1];
+        pack_p<BF16>(p, sc);
+    }
+
+    /* The last P V. The second consumer's hand-over would have no taker. */
+    const int st = (n - 1) & 1;
+    mbar_wait(v_full + 8 * st, ((n - 1) >> 1) & 1);
+    ws_turn_wait(c);
+    wgmma_fence();
+    ws_issue_pv<BF16>(o, p, desc_at(v_desc, st * WS_KV_TILE));
+    wgmma_commit();
+    if (c == 0) ws_turn_pass(c);
+    wgmma_wait<0>();
+    reg_fence(o);
+    /* Every warp of the warpgroup is past its last wgmma before the Q tile
+     * becomes the output's staging area. */
+    if (c == 0)
+        named_bar_sync<3, 128>();
+    else
+        named_bar_sync<4, 128>();
+    float lsum[2] = {quad_sum(l[0]), quad_sum(l[1])};
+    store_output<WS_D, BF16>(o, lsum, q_tile, &s, &a, row_w, warp * 16, lane);
+}
+
+/* ---------------------------------------------------------------- host */
+
+typedef void (*ws_kernel_fn)(const attn_launch, const CUtensorMap, const CUtensorMap,
+                             const CUtensorMap);
+typedef struct ws_variant {
+    int bf16, causal;
+    ws_kernel_fn fn;
+} ws_variant;
+
+static const ws_variant ws_variants[] = {{0, 0, attn_ws_sm90_kernel<0, false>},
+                                         {1, 0, attn_ws_sm90_kernel<1, false>},
+                                         {0, 1, attn_ws_sm90_kernel<0, true>},
+                                         {1, 1, attn_ws_sm90_kernel<1, true>}};
+#define WS_NVARIANTS ((int)(sizeof ws_variants / sizeof ws_variants[0]))
+
+static int ws_smem(const ws_variant *v)
+{
+    (void)v;
+    return WS_SMEM;
+}
+
+extern "C" stof_status attn_ws_sm90_prepare(void)
+{
+    static unsigned long long done; /* bit per device ordinal */
+    return attn_opt_in_once(&done, ws_variants, WS_NVARIANTS, ws_smem, NULL);
+}
+
+extern "C" stof_status attn_ws_sm90_run(const attn_launch *a, void *stream)
+{
+    const int mods = a->mods.bias_kind != STOF_BIAS_NONE || a->mods.softcap > 0.0f;
+    const int analytic = (a->tiles.all_visible || a->tiles.causal) && a->split == 1;
+    STOF_REQUIRE(attn_ws_serves(a->head_dim, analytic, mods), STOF_ERR_UNSUPPORTED,
+                 "the warp-specialised sm_90 attention kernel serves head dim 128, all-visible "
+                 "or causal masks, no bias or soft cap, no split (asked: head dim %d, "
+                 "all-visible %d, causal %d, split %d, bias or cap %d)",
+                 a->head_dim, a->tiles.all_visible, a->tiles.causal, a->split, mods);
+    const int causal = !a->tiles.all_visible;
+    const ws_variant *v = NULL;
+    for (int i = 0; i < WS_NVARIANTS && !v; i++)
+        if (ws_variants[i].bf16 == a->bf16 && ws_variants[i].causal == causal) v = &ws_variants[i];
+    STOF_REQUIRE(v, STOF_ERR_INTERNAL, "warp-specialised sm_90 attention: no variant");
+    STOF_TRY(attn_ws_sm90_prepare());
+    CUtensorMap q_map, k_map, v_map;
+    const int64_t q_rows = a->cu_q ? a->tq : a->lq;
+    STOF_TRY(attn_sm90_encode_rows(&q_map, "q", a, a->q, q_rows, a->heads, a->cu_q ? 1 : a->batch,
+                                   a->q_sb, a->q_sh, a->q_sp, 64));
+    STOF_TRY(encode_kv(&k_map, "k", a, a->k, a->k_sb, a->k_sh, a->k_sp, WS_BLOCK_N));
+    STOF_TRY(encode_kv(&v_map, "v", a, a->v, a->v_sb, a->v_sh, a->v_sp, WS_BLOCK_N));
+    void *args[4] = {(void *)a, (void *)&q_map, (void *)&k_map, (void *)&v_map};
+    const int64_t row_blocks = (a->lq + WS_BLOCK_M - 1) / WS_BLOCK_M;
+    return attn_grid_launch(a, (const void *)v->fn, row_blocks, WS_BLOCK_M, 384, WS_SMEM,
+                            (cudaStream_t)stream, args);
+}
