@@ -23,12 +23,12 @@ Cases per family:
                          a long masked document: stof gets the spec through the forward's
                          stof_mask= keyword; SDPA gets the same mask (decoded from the mask
                          stof compiles) as a dense 4-D additive mask
-speedup = the median over --rounds rounds of hf_sdpa_ms / stof_ms, each round timing both
-sides back to back, latencies from an idle device (compare_encoder.py's Timer: host work
-counts). These eager models are bound by the host's launches, whose speed drifts by up to
-2x over seconds on a shared machine (a BERT-base forward measured 9.2 ms and 5.3 ms for
-the same side a few seconds apart); pairing the sides per round keeps that drift out of
-the ratio. stof_ms and hf_sdpa_ms are the medians of each side's round times. max_rel_err = ||stof - sdpa|| / ||sdpa|| over the real tokens; a case
+speedup = the median over --rounds rounds of hf_sdpa_ms / stof_ms, each round --pairs calls
+of each side, alternating call by call, each timed from an idle device (host work counts).
+These eager models are bound by the host's launches, whose speed drifts by up to 2x over
+seconds on a shared machine (a BERT-base forward measured 9.2 ms and 5.3 ms for the same
+side a few seconds apart); alternating the sides call by call keeps that drift out of the
+ratio. stof_ms and hf_sdpa_ms are the medians of all of each side's calls. max_rel_err = ||stof - sdpa|| / ||sdpa|| over the real tokens; a case
 fails above --tol, or when an attention call fell back to SDPA (stof_calls < layers).
 Summary: min_long_masked_speedup over the window:256,global:64 cases (target >= 1.5),
 min_speedup over every case (target >= 0.95); failed cases count in neither.
@@ -109,10 +109,8 @@ def parse_args(argv=None):
     ap.add_argument("--out", help="results file (default: DIR/hf-attention-DATE-GPU.json)")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"), metavar="DIR")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--budget", type=float, default=0.2,
-                    help="seconds of timed calls per side and round")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of both sides back to back")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of alternating calls")
+    ap.add_argument("--pairs", type=int, default=10, help="calls of each side per round")
     ap.add_argument("--sets", type=int, default=2, help="input sets rotated in padded cases")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--tol", type=float, default=2e-2)
@@ -219,7 +217,7 @@ def run_family(tf, torch, stof, stof_hf, timer, fam, args, rows):
             _, failed = ce.run_case(torch, timer, row, timed, sides.sdpa, sets, args.tol,
                                     skip=tuple(timed))
             if not failed:
-                paired_rounds(timer, row, timed, len(sets), args.rounds)
+                paired_rounds(timer, row, timed, len(sets), args.rounds, args.pairs)
             # run_case holds stof's own forward to zeros at padding; an HF model promises
             # nothing there, on either side (only real tokens are compared)
             row["problems"] = [p for p in row["problems"] if "padding tokens" not in p]
@@ -242,17 +240,37 @@ def run_family(tf, torch, stof, stof_hf, timer, fam, args, rows):
         torch.cuda.empty_cache()
 
 
-def paired_rounds(timer, row, sides, n_sets, rounds):
-    """Times the sides back to back, `rounds` times (the order flipped every round): each
-    side's median time, and each round's hf_sdpa / stof."""
-    times = {name: [] for name in sides}
+def paired_rounds(timer, row, sides, n_sets, rounds, iters):
+    """Times the two sides call by call, alternating (the first side flips every call), from
+    an idle device each time: `rounds` rounds of `iters` pairs. Each side's time is the
+    median of its calls; each round's ratio is hf_sdpa's median over stof's in that round.
+    Adjacent calls share the host's speed of the moment, which drifts too fast on a shared
+    machine (2x within seconds) for side-by-side blocks of calls."""
+    names = list(sides)
+    for w in range(max(timer.warmup, 2 * n_sets)):
+        for name in names:
+            sides[name](w % n_sets)
+    timer.sync()
+    times = {name: [] for name in names}
+    row["round_speedups"] = []
     for r in range(rounds):
-        order = list(sides) if r % 2 == 0 else list(reversed(sides))
-        for name in order:
-            times[name].append(timer.ms(sides[name], n_sets))
-    for name, ts in times.items():
-        row[f"{name}_ms"] = round(statistics.median(ts), 4)
-    row["round_speedups"] = [round(h / s, 3) for h, s in zip(times["hf_sdpa"], times["stof"])]
+        pairs = {name: [] for name in names}
+        for it in range(iters):
+            for name in (names if it % 2 == 0 else reversed(names)):
+                start, end = timer._pair()
+                timer.sync()
+                start.record()
+                sides[name]((r * iters + it) % n_sets)
+                end.record()
+                pairs[name].append((start, end))
+        timer.sync()
+        round_ms = {name: [s.elapsed_time(e) for s, e in pairs[name]] for name in names}
+        for name in names:
+            times[name] += round_ms[name]
+        row["round_speedups"].append(round(statistics.median(round_ms["hf_sdpa"]) /
+                                           statistics.median(round_ms["stof"]), 3))
+    for name in names:
+        row[f"{name}_ms"] = round(statistics.median(times[name]), 4)
 
 
 def summary(rows):
@@ -288,7 +306,7 @@ def main(argv=None):
                 else "cpu")
         args.out = os.path.join(args.out_dir, f"hf-attention-{datetime.date.today()}-"
                                 f"{name}.json")
-    timer = ce.Timer(torch, torch.device(args.device), args.warmup, args.iters, args.budget)
+    timer = ce.Timer(torch, torch.device(args.device), args.warmup)
     rows = []
     for fam in [f for f in args.families.split(",") if f]:
         if fam not in FAMILIES:

@@ -53,11 +53,13 @@ WORDS = ("the a of to and in is was for on that with as by at from it his an wer
 class Server:
     """A `stof serve` process on a free loopback port (--port 0; the port it prints)."""
 
-    def __init__(self, stof, model, args=(), device="cpu", timeout_s=180):
+    def __init__(self, stof, model, args=(), device="cpu", timeout_s=180, cpus=None):
         cmd = [stof, "serve", "--model", model, "--host", "127.0.0.1", "--port", "0",
                "--device", device, *args]
+        # cpus: the cores the server and every thread it starts may run on (None: any)
+        pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True, preexec_fn=pin)
         self.lines = []
         ready = queue.Queue()
         threading.Thread(target=self._read_stderr, args=(ready,), daemon=True).start()
@@ -152,7 +154,7 @@ def offline_embeddings(stof, model, device, texts, batch):
     return emb
 
 
-def offline_rate(stof, model, device, texts, batch, min_s=3.0, max_repeat=64):
+def offline_rate(stof, model, device, texts, batch, min_s=3.0, max_repeat=64, cpus=None):
     """Sentences per second of `stof embed --file --format npy` over texts (repeated until
     the run computes for about min_s), less its start-up: a run over one sentence."""
     base = [stof, "embed", "--model", model, "--device", device, "--batch", str(batch),
@@ -160,7 +162,8 @@ def offline_rate(stof, model, device, texts, batch, min_s=3.0, max_repeat=64):
 
     def seconds(args):
         t0 = time.perf_counter()
-        subprocess.run(base + args, check=True, stdout=subprocess.DEVNULL)
+        pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+        subprocess.run(base + args, check=True, stdout=subprocess.DEVNULL, preexec_fn=pin)
         return time.perf_counter() - t0
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,8 +221,11 @@ def client(port, pool, emb, seed, single, until, tol, stats, lock):
         conn.close()
 
 
-def client_process(port, pool, emb, clients, until, tol, results):
-    """Runs clients [(seed, single)] as threads in this process; puts its stats on results."""
+def client_process(port, pool, emb, clients, until, tol, results, cpus=None):
+    """Runs clients [(seed, single)] as threads in this process (on cpus, when given); puts
+    its stats on results."""
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     stats, lock = new_stats(), threading.Lock()
     threads = [threading.Thread(target=client, args=(port, pool, emb, seed, single, until, tol,
                                                      stats, lock))
@@ -231,7 +237,7 @@ def client_process(port, pool, emb, clients, until, tol, results):
     results.put(stats)
 
 
-def load(port, pool, emb, n_clients, procs, seed, seconds, tol):
+def load(port, pool, emb, n_clients, procs, seed, seconds, tol, cpus=None):
     """n_clients over procs processes (client 0, the single-sentence one, alone in the
     first) for `seconds`; the merged stats and the elapsed time."""
     ctx = multiprocessing.get_context("fork")
@@ -241,7 +247,8 @@ def load(port, pool, emb, n_clients, procs, seed, seconds, tol):
     results = ctx.Queue()
     t0 = time.perf_counter()
     until = t0 + seconds
-    workers = [ctx.Process(target=client_process, args=(port, pool, emb, g, until, tol, results))
+    workers = [ctx.Process(target=client_process,
+                           args=(port, pool, emb, g, until, tol, results, cpus))
                for g in groups if g]
     for w in workers:
         w.start()
@@ -285,7 +292,8 @@ def make_bert_base(path, vocab_from):
 def run_model(args, model):
     pool = sentences(args.pool, args.seed)
     emb = offline_embeddings(args.stof, model, args.device, pool, args.offline_batch)
-    offline_before = offline_rate(args.stof, model, args.device, pool, args.offline_batch)
+    offline_before = offline_rate(args.stof, model, args.device, pool, args.offline_batch,
+                                  cpus=args.server_cpus)
     # relative error of an embedding: float16 on the GPU, in batches of other shapes than the
     # offline run's, moves a BERT-base embedding by about 1e-3; another sentence's by ~1
     tol = 1e-4 if args.device == "cpu" else 1e-2
@@ -293,13 +301,13 @@ def run_model(args, model):
     for opt in ("max_batch_tokens", "max_batch_ms", "max_wait_ms"):
         if getattr(args, opt) is not None:
             server_args += ["--" + opt.replace("_", "-"), str(getattr(args, opt))]
-    server = Server(args.stof, model, server_args, args.device)
+    server = Server(args.stof, model, server_args, args.device, cpus=args.server_cpus)
     try:
         warm, _ = load(server.port, pool, emb, args.clients, args.client_procs, args.seed,
-                       args.warmup_s, tol)
+                       args.warmup_s, tol, args.client_cpus)
         rss0 = server.rss_mb()
         stats, elapsed = load(server.port, pool, emb, args.clients, args.client_procs,
-                              args.seed + 100, args.duration_s, tol)
+                              args.seed + 100, args.duration_s, tol, args.client_cpus)
         rss1 = server.rss_mb()
         budget = server.metric("stof_serve_batch_token_budget")
         batches = server.metric("stof_serve_batches_total")
@@ -308,7 +316,8 @@ def run_model(args, model):
         if server.proc.poll() is None:
             server.proc.kill()
     # the ceiling measured before and after the load, as the machine's load may drift
-    offline_after = offline_rate(args.stof, model, args.device, pool, args.offline_batch)
+    offline_after = offline_rate(args.stof, model, args.device, pool, args.offline_batch,
+                                  cpus=args.server_cpus)
     offline_sps = (offline_before + offline_after) / 2
     sps = stats["sentences"] / elapsed
     return {
@@ -328,6 +337,8 @@ def run_model(args, model):
         "rss_growth_mb": round(rss1 - rss0, 1),
         "batch_token_budget_at_end": int(budget),
         "batches": int(batches),
+        "server_cpus": sorted(args.server_cpus) if args.server_cpus else "any",
+        "client_cpus": sorted(args.client_cpus) if args.client_cpus else "any",
         "server_exit_status": rc,
         "duration_s": round(elapsed, 1),
     }
@@ -343,6 +354,17 @@ def device_name(device):
         return out.stdout.strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         return "gpu"
+
+
+def cpu_list(text):
+    """"0-7,12" -> {0, 1, ..., 7, 12}."""
+    cpus = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    if not cpus:
+        raise argparse.ArgumentTypeError(f"no cores in {text!r}")
+    return cpus
 
 
 def main():
@@ -365,6 +387,10 @@ def main():
     p.add_argument("--max-batch-tokens", type=int, help="passed to stof serve (default: its own)")
     p.add_argument("--max-batch-ms", type=int, help="passed to stof serve (default: its own)")
     p.add_argument("--max-wait-ms", type=int, help="passed to stof serve (default: its own)")
+    p.add_argument("--server-cpus", type=cpu_list, metavar="LIST",
+                   help="cores for the server (e.g. 0-7), as a machine of its own would have "
+                        "them; the clients then take --client-cpus (default: any core)")
+    p.add_argument("--client-cpus", type=cpu_list, metavar="LIST")
     p.add_argument("--out", help="JSON results file")
     args = p.parse_args()
     if not 1 <= args.clients <= 1024 or not 0 < args.duration_s <= 3600:

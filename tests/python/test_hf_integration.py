@@ -305,7 +305,7 @@ def test_compare_hf_attention_cpu(tmp_path, seed):
     bench = pytest.importorskip("compare_hf_attention")
     out = tmp_path / "hf.json"
     argv = ["--device", "cpu", "--tiny", "--families", "llama,modernbert", "--warmup", "1",
-            "--budget", "0.01", "--iters", "10", "--rounds", "2", "--seed", str(seed % 10000),
+            "--pairs", "2", "--rounds", "2", "--seed", str(seed % 10000),
             "--out", str(out)]
     assert bench.main(argv) == 0
     result = json.loads(out.read_text())
