@@ -89,6 +89,32 @@ def assert_error(status, body, want_status, want_code):
     assert err["type"] == ("server_error" if want_status >= 500 else "invalid_request_error")
 
 
+def concurrent_clients(server, n, rounds, texts_of, want):
+    """n client threads, each sending `rounds` requests of texts_of(client, round) to
+    /v1/embeddings; every row is checked against want[text]. The failures."""
+    failures = []
+
+    def client(c):
+        for r in range(rounds):
+            texts = texts_of(c, r)
+            status, body = server.post("/v1/embeddings", {"input": texts})
+            if status != 200:
+                failures.append((c, r, status, body))
+                continue
+            for d in body["data"]:
+                w = want[texts[d["index"]]]
+                if max(abs(a - b) for a, b in zip(d["embedding"], w)) > 2e-6:
+                    failures.append((c, r, "wrong row", d["index"]))
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not any(t.is_alive() for t in threads)
+    return failures
+
+
 @pytest.fixture(scope="module")
 def tiny(tiny_dir):
     s = Server(STOF, tiny_dir, ["--max-body-bytes", "16384"])
@@ -345,27 +371,10 @@ def test_32_concurrent_clients(tiny, tiny_dir):
     want = dict(zip(pool, stof_embed(tiny_dir, pool)))
     batches0 = tiny.metric("stof_serve_batches_total")
     seqs0 = tiny.metric("stof_serve_sequences_total")
-    failures = []
+    def texts(c, r):
+        return [pool[(c * 5 + r * 3 + k) % len(pool)] for k in range(1 + (c + r) % 8)]
 
-    def client(c):
-        for r in range(6):
-            texts = [pool[(c * 5 + r * 3 + k) % len(pool)] for k in range(1 + (c + r) % 8)]
-            status, body = tiny.post("/v1/embeddings", {"input": texts})
-            if status != 200:
-                failures.append((c, r, status, body))
-                continue
-            for d in body["data"]:
-                w = want[texts[d["index"]]]
-                if max(abs(a - b) for a, b in zip(d["embedding"], w)) > 2e-6:
-                    failures.append((c, r, "wrong row", d["index"]))
-
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(32)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not any(t.is_alive() for t in threads)
-    assert failures == []
+    assert concurrent_clients(tiny, 32, 6, texts, want) == []
     seqs = tiny.metric("stof_serve_sequences_total") - seqs0
     batches = tiny.metric("stof_serve_batches_total") - batches0
     assert seqs == sum(1 + (c + r) % 8 for c in range(32) for r in range(6))
@@ -380,31 +389,14 @@ def test_batch_time_budget(minilm):
     token budget (the default aims at a time on a GPU only)."""
     assert minilm.metric("stof_serve_batch_token_budget") == 16384
     texts = [t for t in TEXTS if t is not LONG]
-    want = stof_embed(MINILM, texts)
+    want = dict(zip(texts, stof_embed(MINILM, texts)))
     s = Server(STOF, MINILM, ["--max-batch-ms", "1", "--max-batch-tokens", "4096"])
     try:
         assert s.metric("stof_serve_batch_token_budget") == 4096
-        failures = []
+        def pick(c, r):
+            return [texts[(c + r + k) % len(texts)] for k in range(1 + (c + r) % 4)]
 
-        def client(c):
-            for r in range(3):
-                pick = [(c + r + k) % len(texts) for k in range(1 + (c + r) % 4)]
-                status, body = s.post("/v1/embeddings", {"input": [texts[i] for i in pick]})
-                if status != 200:
-                    failures.append((c, r, status, body))
-                    continue
-                for d in body["data"]:
-                    w = want[pick[d["index"]]]
-                    if max(abs(a - b) for a, b in zip(d["embedding"], w)) > 2e-6:
-                        failures.append((c, r, "wrong row", d["index"]))
-
-        threads = [threading.Thread(target=client, args=(c,)) for c in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
-        assert not any(t.is_alive() for t in threads)
-        assert failures == []
+        assert concurrent_clients(s, 8, 3, pick, want) == []
         assert s.metric("stof_serve_batch_token_budget") < 4096
     finally:
         assert s.stop() == 0
