@@ -123,8 +123,9 @@ static void batcher_adapt(serve_batcher *b, int64_t padded, double ms, bool full
     double ratio = aim / ms;
     ratio = ratio < 0.5 ? 0.5 : ratio > 1.25 ? 1.25 : ratio;
     int64_t from = full || padded > b->budget ? b->budget : padded;
-    int64_t next = (int64_t)((double)from * ratio);
-    b->budget = next < 64 ? 64 : next > b->cfg->max_batch_tokens ? b->cfg->max_batch_tokens : next;
+    int64_t next = (int64_t)((double)from * ratio), most = b->cfg->max_batch_tokens;
+    int64_t least = most < 64 ? most : 64;
+    b->budget = next < least ? least : next > most ? most : next;
 }
 
 /* Mean (or first-token) pooling of one sequence's hidden rows, before any normalisation. */
