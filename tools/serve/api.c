@@ -210,19 +210,36 @@ static void api_normalize(float *v, int n)
         v[i] *= inv;
 }
 
+/* v as base64 (little-endian floats, as OpenAI's), encoded a chunk at a time into a
+ * buffer and written with one fwrite each: a character per fputc, each taking the
+ * stream's lock, cost 4096 locked calls per BERT-base row: 22 against 4 us a row
+ * in responses of 32 rows on one core. */
 static void api_put_base64(FILE *f, const float *v, int n)
 {
     static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const unsigned char *p = (const unsigned char *)v; /* little-endian floats, as OpenAI's */
-    size_t len = (size_t)n * sizeof *v;
-    for (size_t i = 0; i < len; i += 3) {
-        unsigned x = (unsigned)p[i] << 16 | (i + 1 < len ? (unsigned)p[i + 1] << 8 : 0) |
-                     (i + 2 < len ? p[i + 2] : 0);
-        fputc(digits[x >> 18 & 63], f);
-        fputc(digits[x >> 12 & 63], f);
-        fputc(i + 1 < len ? digits[x >> 6 & 63] : '=', f);
-        fputc(i + 2 < len ? digits[x & 63] : '=', f);
+    const unsigned char *p = (const unsigned char *)v;
+    size_t len = (size_t)n * sizeof *v, whole = len - len % 3;
+    char out[1024]; /* 256 groups of 3 bytes */
+    size_t k = 0;
+    for (size_t i = 0; i < whole; i += 3) {
+        unsigned x = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8 | p[i + 2];
+        out[k] = digits[x >> 18];
+        out[k + 1] = digits[x >> 12 & 63];
+        out[k + 2] = digits[x >> 6 & 63];
+        out[k + 3] = digits[x & 63];
+        if ((k += 4) == sizeof out) {
+            fwrite(out, 1, k, f);
+            k = 0;
+        }
     }
+    if (whole < len) { /* one or two bytes left: padded with '=' */
+        unsigned x = (unsigned)p[whole] << 16 | (whole + 1 < len ? (unsigned)p[whole + 1] << 8 : 0);
+        out[k++] = digits[x >> 18];
+        out[k++] = digits[x >> 12 & 63];
+        out[k++] = whole + 1 < len ? digits[x >> 6 & 63] : '=';
+        out[k++] = '=';
+    }
+    fwrite(out, 1, k, f);
 }
 
 static void api_put_floats(FILE *f, const float *v, int n)
