@@ -12,6 +12,7 @@ import json
 import math
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import threading
@@ -157,7 +158,6 @@ def test_minilm_equals_stof_embed(minilm):
     assert_close(tei, want)
     status, b64 = minilm.post("/v1/embeddings", {"input": TEXTS, "encoding_format": "base64"})
     assert status == 200
-    import struct
     rows = [list(struct.unpack("<384f", base64.b64decode(d["embedding"]))) for d in b64["data"]]
     assert_close(rows, want)
 
@@ -223,6 +223,17 @@ def test_tiny_dimensions(tiny, tiny_dir):
         status, body = m.post("/v1/embeddings", {"input": "the man", "dimensions": 16})
         assert status == 200
         assert_close([body["data"][0]["embedding"]], [[x / norm(want) for x in want]])
+        # base64 of 4 n bytes: every remainder mod 3 (the '=' padding), against the floats
+        for dims in (1, 2, 3, 5, 16):
+            got = {}
+            for fmt in ("float", "base64"):
+                status, body = m.post("/v1/embeddings", {"input": "the man", "dimensions": dims,
+                                                         "encoding_format": fmt})
+                assert status == 200
+                got[fmt] = body["data"][0]["embedding"]
+            raw = base64.b64decode(got["base64"], validate=True)
+            assert len(raw) == 4 * dims
+            assert struct.pack(f"<{dims}f", *got["float"]) == raw, dims  # %.9g round-trips
     finally:
         assert m.stop() == 0
 
