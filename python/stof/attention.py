@@ -28,9 +28,9 @@ class T5Bias:
         self.bidirectional = bool(bidirectional)
         self.max_distance = int(max_distance)
 KernelChoice.__doc__ = ("What stof.attention would run: kernel ('blockwise', 'blockwise_sm90', "
-                        "'blockwise_sm90_ws', 'rowwise' or 'cpu'), tile block_m x block_n, warps per CTA, selector "
-                        "score, and split: the residue classes a dilated mask runs as sequences "
-                        "of their own (1: none).")
+                        "'blockwise_sm90_ws', 'rowwise' or 'cpu'), tile block_m x block_n, warps "
+                        "per CTA, selector score, and split: the residue classes a dilated mask "
+                        "runs as sequences of their own (1: none).")
 
 _LAYOUTS = {"bhld": None, "blhd": (0, 2, 1, 3)}
 
@@ -226,23 +226,27 @@ class _Prepared:
         self.params, self.ctx = call.params, call.ctx
         self.mask = as_mask(mask)
         qs, ks = call._bhld(call.q.shape), call._bhld(call.k.shape)
-        self.dims = (int(qs[0]), int(qs[1]), int(qs[2]), int(ks[2]))
+        self.dims = (int(qs[0]), int(qs[1]), int(qs[2]), int(ks[2]), int(call.q.shape[-1]))
         self.tensors = tensors
 
     def run(self, q, k, v, out, lengths):
-        b, h, lq, lk = self.dims
-        compiled = cache.get(self.mask, b, h, lq, lk, lengths, None, self.ctx,
-                             head_dim=int(q.shape[-1]))
+        b, h, lq, lk, d = self.dims
+        compiled = cache.get(self.mask, b, h, lq, lk, lengths, None, self.ctx, head_dim=d)
         tq, tk, tv, to = (_lib.Tensor.from_buffer_copy(t) for t in self.tensors)
         tq.data, tk.data, tv.data, to.data = (q.data_ptr() or None, k.data_ptr() or None,
                                               v.data_ptr() or None, out.data_ptr() or None)
-        with _on_device(self.ctx):
-            self.ctx.follow_torch_stream()
-            _lib.call("stof_attention", self.ctx.handle, ctypes.byref(self.params),
-                      ctypes.byref(tq), ctypes.byref(tk), ctypes.byref(tv), compiled.handle,
-                      None, None, ctypes.byref(to))
-            compiled.last_stream = self.ctx.stream
+        _launch(self.ctx, self.params, tq, tk, tv, compiled, None, None, to)
         return out
+
+
+def _launch(ctx, params, tq, tk, tv, compiled, cu_q, cu_k, to):
+    """stof_attention on the context's device and torch's current stream there."""
+    with _on_device(ctx):
+        ctx.follow_torch_stream()
+        _lib.call("stof_attention", ctx.handle, ctypes.byref(params), ctypes.byref(tq),
+                  ctypes.byref(tk), ctypes.byref(tv), compiled.handle, cu_q, cu_k,
+                  ctypes.byref(to))
+        compiled.last_stream = ctx.stream
 
 
 _prepared = {}
@@ -311,12 +315,7 @@ def attention(q, k, v, mask=None, scale=None, lengths=None, kernel="auto", layou
         _same_device(_arrays.device_of(q), out, "out")
     tq, tk, tv, to = (call.describe(x) for x in (q, call.k, v, out))
     cu_q, cu_k = call.seqlens()
-    with _on_device(call.ctx):
-        call.ctx.follow_torch_stream()
-        _lib.call("stof_attention", call.ctx.handle, ctypes.byref(call.params), ctypes.byref(tq),
-                  ctypes.byref(tk), ctypes.byref(tv), call.mask.handle, cu_q, cu_k,
-                  ctypes.byref(to))
-        call.mask.last_stream = call.ctx.stream
+    _launch(call.ctx, call.params, tq, tk, tv, call.mask, cu_q, cu_k, to)
     if key is not None:  # it ran: its checks hold for any call of the same key
         if len(_prepared) >= _PREPARED_MAX:
             _prepared.clear()
