@@ -21,7 +21,7 @@ static void serve_usage(void)
     printf(
         "usage: stof serve --model DIR [--host 127.0.0.1] [--port 8080] [--device auto|cpu|gpu]\n"
         "                  [--max-batch-tokens N] [--max-batch-ms T] [--max-wait-ms M]\n"
-        "                  [--max-queue Q]\n"
+        "                  [--max-queue Q] [--connection-nice K]\n"
         "                  [--max-body-bytes B] [--truncate|--no-truncate] [--matryoshka]\n"
         "Serves sentence embeddings of the model over HTTP until SIGTERM or SIGINT, which\n"
         "stop new connections and let the requests in flight finish.\n"
@@ -37,6 +37,9 @@ static void serve_usage(void)
         "                         about 2T (default 4 on a GPU; 0, off, on the CPU)\n"
         "  --max-wait-ms M        a batch short of N waits at most M ms for more (default 2)\n"
         "  --max-queue Q          requests queued or running; more get 503 (default 1024)\n"
+        "  --connection-nice K    the connection threads (parsing, tokenizing, encoding)\n"
+        "                         run K nice levels below the batch worker, which every\n"
+        "                         request waits on (default 10; 0: same priority)\n"
         "  --max-body-bytes B     larger bodies get 413 (default 8388608)\n"
         "  --truncate             cut texts over the model's length (the default)\n"
         "  --no-truncate          answer them with 413 (/embed's \"truncate\" overrides)\n"
@@ -111,6 +114,7 @@ int cmd_serve(cli_args *a)
                         .max_batch_tokens = 16384,
                         .max_wait_ms = 2,
                         .max_queue = 1024,
+                        .connection_nice = 10,
                         .max_body_bytes = 8 << 20,
                         .truncate = true};
     bool truncate = false, no_truncate = false, batch_ms_set = false;
@@ -123,6 +127,7 @@ int cmd_serve(cli_args *a)
         CLI_OPT_INT_SET("--max-batch-ms", &cfg.max_batch_ms, 0, 60000, &batch_ms_set),
         CLI_OPT_INT("--max-wait-ms", &cfg.max_wait_ms, 0, 60000),
         CLI_OPT_INT("--max-queue", &cfg.max_queue, 1, 1 << 20),
+        CLI_OPT_INT("--connection-nice", &cfg.connection_nice, 0, 19),
         CLI_OPT_INT("--max-body-bytes", &cfg.max_body_bytes, 64, 1 << 30),
         CLI_OPT_FLAG("--truncate", &truncate),
         CLI_OPT_FLAG("--no-truncate", &no_truncate),

@@ -2,7 +2,7 @@
 for the same texts (the real all-MiniLM-L6-v2 under models/, and a tiny BERT folder built
 from tests/data/tiny_bert with a 100-token vocabulary), every kind of bad input with its
 status and JSON error body, a full queue, 32 concurrent clients, and SIGTERM draining the
-requests in flight. Servers listen on a free loopback port (--port 0). Skipped only when
+requests in flight, the connection threads' lower priority. Servers listen on a free loopback port (--port 0). Skipped only when
 the stof tool was built without libmicrohttpd; the MiniLM checks skip, as the project's
 other golden tests do, when models/all-MiniLM-L6-v2 is absent.
 """
@@ -369,6 +369,41 @@ def test_queue_full(tiny_dir):
         assert first["r"][0] == 200 and len(first["r"][1]) == 1
         text = s.request("GET", "/metrics")[2].decode()
         assert 'stof_serve_requests_total{status="503"} 1' in text
+    finally:
+        assert s.stop() == 0
+
+
+def thread_nices(pid):
+    """{thread name: set of nice values} of a process's threads (Linux /proc)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            nice = int(f.read().rsplit(")", 1)[1].split()[16])
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            out.setdefault(f.read().strip(), set()).add(nice)
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+@pytest.mark.parametrize("k", [None, 0, 4])
+def test_connection_threads_yield_to_the_worker(tiny_dir, k):
+    """The threads that parse, tokenize and encode run --connection-nice levels (default 10)
+    below the batch worker and the rest of the process's start-up threads; with an open
+    keep-alive connection its thread is there to see."""
+    import http.client
+    s = Server(STOF, tiny_dir, [] if k is None else ["--connection-nice", str(k)])
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        c.request("POST", "/embed", b'{"inputs": "the man"}', {"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 200 and len(json.loads(r.read())) == 1
+        base = os.getpriority(os.PRIO_PROCESS, 0)  # the server inherited it
+        nices = thread_nices(s.proc.pid)
+        mhd = set().union(*(v for name, v in nices.items() if name.startswith("MHD-")))
+        want = base + (10 if k is None else k)
+        assert mhd == {want}, nices
+        assert base in set().union(*(v for name, v in nices.items() if not name.startswith("MHD-")))
+        c.close()
     finally:
         assert s.stop() == 0
 

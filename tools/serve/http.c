@@ -5,6 +5,14 @@
  * before reading it when Content-Length says so), every request handed to
  * api.c and counted into the metrics.
  *
+ * Priority: every request waits for the one batch worker, so a worker kept
+ * off a core by connection threads delays them all, a single sentence by
+ * whole batch times. The connection threads therefore run --connection-nice
+ * levels below it: the daemon's threads inherit the nice value of the thread
+ * that starts it (Linux keeps it per thread), which lowers its own just
+ * before, after the worker and the CPU backend's pool have started. Raising
+ * it back needs no privilege, lowering the worker's would.
+ *
  * Shutdown: SIGTERM or SIGINT closes the listening socket, waits for the
  * requests in flight to be answered, then stops the daemon. The signal's
  * handler only posts a semaphore; it must be a handler, not sigwait alone,
@@ -22,7 +30,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -192,6 +202,18 @@ static int http_drain(http_server *s)
     return left;
 }
 
+/* The calling thread's nice value up by k, so that the threads it starts
+ * from now on inherit it (the file's comment). */
+static void http_lower_priority(int k)
+{
+    if (k <= 0) return;
+    errno = 0; /* who 0: on Linux, the calling thread alone */
+    int now = getpriority(PRIO_PROCESS, 0);
+    if ((now == -1 && errno) || setpriority(PRIO_PROCESS, 0, now + k))
+        fprintf(stderr, "stof serve: the connection threads keep the worker's priority: %s\n",
+                strerror(errno));
+}
+
 static struct MHD_Daemon *http_start(http_server *s, const serve_config *cfg)
 {
     struct sockaddr_in v4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
@@ -206,6 +228,7 @@ static struct MHD_Daemon *http_start(http_server *s, const serve_config *cfg)
         fprintf(stderr, "stof serve: --host %s is not an IPv4 or IPv6 address\n", cfg->host);
         return NULL;
     }
+    http_lower_priority(cfg->connection_nice);
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, http_on_request, s, MHD_OPTION_SOCK_ADDR, addr,
         MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, s, MHD_OPTION_CONNECTION_LIMIT,

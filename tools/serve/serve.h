@@ -33,6 +33,7 @@ typedef struct serve_config {
     int max_wait_ms;      /* how long a batch that is not full may wait for more */
     int max_batch_ms;     /* a forward's time, aimed at: the token budget adapts (0: off) */
     int max_queue;        /* requests queued or running; more get 503 */
+    int connection_nice;  /* the connection threads' nice value above the batcher's */
     int max_body_bytes;
     bool truncate;   /* texts over the model's length: cut (true) or 413 */
     bool matryoshka; /* `dimensions` may shorten embeddings (the model was trained for it) */
