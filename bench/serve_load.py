@@ -6,10 +6,7 @@ fixed time; client 0 sends single sentences only, so the latency of a single-sen
 request under that load is measured on its own. Clients run as threads spread over
 --client-procs processes, client 0 alone in one of them, so that neither the clients'
 decoding and checking nor one interpreter's lock caps the throughput or adds to the
-single-sentence latency. The clients but client 0 run --client-nice levels (default 10)
-below it and the server: on a deployment they are other machines, and here their decoding
-and checking would otherwise take cores from the server they measure (0 turns it off). The
-ceiling is stof's offline batch path: `stof embed --file
+single-sentence latency. The ceiling is stof's offline batch path: `stof embed --file
 --format npy` over the same sentences (repeated until it computes for a few seconds, so
 that start-up noise stays small), timed without its start-up (a run over one sentence is
 subtracted), before and after the load. Every reply is checked against the offline
@@ -224,13 +221,11 @@ def client(port, pool, emb, seed, single, until, tol, stats, lock):
         conn.close()
 
 
-def client_process(port, pool, emb, clients, until, tol, results, cpus=None, nice=0):
-    """Runs clients [(seed, single)] as threads in this process (on cpus, when given; nice
-    levels lower unless it runs the single-sentence client); puts its stats on results."""
+def client_process(port, pool, emb, clients, until, tol, results, cpus=None):
+    """Runs clients [(seed, single)] as threads in this process (on cpus, when given); puts
+    its stats on results."""
     if cpus is not None:
         os.sched_setaffinity(0, cpus)
-    if nice > 0 and not any(single for _, single in clients):
-        os.nice(nice)
     stats, lock = new_stats(), threading.Lock()
     threads = [threading.Thread(target=client, args=(port, pool, emb, seed, single, until, tol,
                                                      stats, lock))
@@ -242,7 +237,7 @@ def client_process(port, pool, emb, clients, until, tol, results, cpus=None, nic
     results.put(stats)
 
 
-def load(port, pool, emb, n_clients, procs, seed, seconds, tol, cpus=None, nice=0):
+def load(port, pool, emb, n_clients, procs, seed, seconds, tol, cpus=None):
     """n_clients over procs processes (client 0, the single-sentence one, alone in the
     first) for `seconds`; the merged stats and the elapsed time."""
     ctx = multiprocessing.get_context("fork")
@@ -253,7 +248,7 @@ def load(port, pool, emb, n_clients, procs, seed, seconds, tol, cpus=None, nice=
     t0 = time.perf_counter()
     until = t0 + seconds
     workers = [ctx.Process(target=client_process,
-                           args=(port, pool, emb, g, until, tol, results, cpus, nice))
+                           args=(port, pool, emb, g, until, tol, results, cpus))
                for g in groups if g]
     for w in workers:
         w.start()
@@ -309,11 +304,10 @@ def run_model(args, model):
     server = Server(args.stof, model, server_args, args.device, cpus=args.server_cpus)
     try:
         warm, _ = load(server.port, pool, emb, args.clients, args.client_procs, args.seed,
-                       args.warmup_s, tol, args.client_cpus, args.client_nice)
+                       args.warmup_s, tol, args.client_cpus)
         rss0 = server.rss_mb()
         stats, elapsed = load(server.port, pool, emb, args.clients, args.client_procs,
-                              args.seed + 100, args.duration_s, tol, args.client_cpus,
-                              args.client_nice)
+                              args.seed + 100, args.duration_s, tol, args.client_cpus)
         rss1 = server.rss_mb()
         budget = server.metric("stof_serve_batch_token_budget")
         batches = server.metric("stof_serve_batches_total")
@@ -347,7 +341,6 @@ def run_model(args, model):
         "client_cpus": sorted(args.client_cpus) if args.client_cpus else "any",
         "server_exit_status": rc,
         "duration_s": round(elapsed, 1),
-        "client_nice": args.client_nice,
     }
 
 
@@ -396,8 +389,6 @@ def main():
     p.add_argument("--max-wait-ms", type=int, help="passed to stof serve (default: its own)")
     p.add_argument("--connection-nice", type=int,
                    help="passed to stof serve (default: its own)")
-    p.add_argument("--client-nice", type=int, default=10,
-                   help="nice levels of the clients but the single-sentence one (0: none)")
     p.add_argument("--server-cpus", type=cpu_list, metavar="LIST",
                    help="cores for the server (e.g. 0-7), as a machine of its own would have "
                         "them; the clients then take --client-cpus (default: any core)")

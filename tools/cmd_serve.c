@@ -34,7 +34,7 @@ static void serve_usage(void)
         "  --max-batch-tokens N   a forward's ids, padded, at most N (default 16384)\n"
         "  --max-batch-ms T       aim at forwards of about T ms: the token budget adapts,\n"
         "                         at most N, so that a short request under load waits\n"
-        "                         about 2T (default 4 on a GPU; 0, off, on the CPU)\n"
+        "                         about 2T (default 3 on a GPU; 0, off, on the CPU)\n"
         "  --max-wait-ms M        a batch short of N waits at most M ms for more (default 2)\n"
         "  --max-queue Q          requests queued or running; more get 503 (default 1024)\n"
         "  --connection-nice K    the connection threads (parsing, tokenizing, encoding)\n"
@@ -160,7 +160,7 @@ int cmd_serve(cli_args *a)
     serve_app app = {.cfg = &cfg, .model = &m, .metrics = &metrics};
     int rc = serve_load(a, &cfg, &m);
     if (!rc && !batch_ms_set) /* a CPU forward's time is its tokens': batches only gain there */
-        cfg.max_batch_ms = stof_ctx_device(m.ctx) == STOF_DEVICE_GPU ? 4 : 0;
+        cfg.max_batch_ms = stof_ctx_device(m.ctx) == STOF_DEVICE_GPU ? 3 : 0;
     stof_status st;
     if (!rc && (st = serve_batcher_start(&m, &cfg, &metrics, &app.batcher)))
         rc = cli_fail(a, "starting the batcher", st);
