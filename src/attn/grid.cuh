@@ -13,6 +13,33 @@
 #include "core/launch.cuh"
 
 /*
+ * The order of attn_block_order (below) as a function of a linear index, for kernels that walk
+ * work items in a loop (persistent CTAs): item lin of steps row blocks per
+ * (head, batch entry) pair, 0 <= lin < steps * heads * batch. Heavy-first:
+ * its sections and steps; otherwise row blocks fastest, then
+ * heads, then batch entries (the 3-D grid's x, y, z).
+ */
+static __device__ __forceinline__ void attn_item_order(const attn_launch *a, int lin, int steps,
+                                                       int *h, int *b, int *x)
+{
+    if (a->heavy_first) {
+        const int pairs = a->heads * a->batch;
+        const int per = a->section * steps; /* items of a full section */
+        const int sec = lin / per, j = lin - sec * per;
+        const int first = sec * a->section, width = min(a->section, pairs - first);
+        const int step = j / width, pair = first + j % width;
+        *h = pair % a->heads;
+        *b = pair / a->heads;
+        *x = (step & 1) ? step >> 1 : steps - 1 - (step >> 1);
+    } else {
+        const int pair = lin / steps;
+        *x = lin - pair * steps;
+        *h = pair % a->heads;
+        *b = pair / a->heads;
+    }
+}
+
+/*
  * Launch order of the block-wise kernels (the hardware starts CTAs in
  * x-fastest order). Masks whose rows list about the same tiles (dense, window,
  * padded) run on a (row blocks, heads, batch) grid, so neighbouring CTAs read
@@ -33,14 +60,8 @@ static __device__ __forceinline__ void attn_block_order(const attn_launch *a, in
                                                         int *x)
 {
     if (a->heavy_first) {
-        const int pairs = a->heads * a->batch, steps = (int)(gridDim.x / (unsigned)pairs);
-        const int per = a->section * steps; /* CTAs of a full section */
-        const int lin = (int)blockIdx.x, sec = lin / per, j = lin - sec * per;
-        const int first = sec * a->section, width = min(a->section, pairs - first);
-        const int step = j / width, pair = first + j % width;
-        *h = pair % a->heads;
-        *b = pair / a->heads;
-        *x = (step & 1) ? step >> 1 : steps - 1 - (step >> 1);
+        const int pairs = a->heads * a->batch;
+        attn_item_order(a, (int)blockIdx.x, (int)(gridDim.x / (unsigned)pairs), h, b, x);
     } else {
         *x = blockIdx.x;
         *h = blockIdx.y;
@@ -91,6 +112,31 @@ static inline stof_status attn_grid_launch(const attn_launch *a, const void *fn,
     void *only_a[1] = {(void *)a};
     STOF_CUDA_TRY(
         stof_launch_pdl(a->pdl != 0, fn, grid, dim3(threads), args ? args : only_a, smem, stream));
+    return STOF_CUDA(cudaGetLastError());
+}
+
+/* Launches a persistent kernel fn of threads threads, one CTA per SM: as
+ * many CTAs as the device has SMs, or fewer where there are fewer work items
+ * (row_blocks per (head, batch entry) pair), on a 1-D grid; the kernel walks
+ * items blockIdx.x, + gridDim.x, ... of attn_item_order. */
+static inline stof_status attn_persistent_launch(const attn_launch *a, const void *fn,
+                                                 int64_t row_blocks, int threads, size_t smem,
+                                                 cudaStream_t stream, void **args)
+{
+    const int64_t items = row_blocks * a->heads * a->batch;
+    int dev = 0, sms = 0;
+    STOF_CUDA_TRY(cudaGetDevice(&dev));
+    STOF_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    /* The kernel's item index steps by the grid past the last item. */
+    STOF_REQUIRE(items + sms < INT32_MAX && (!a->heavy_first || a->section >= 1),
+                 STOF_ERR_UNSUPPORTED,
+                 "persistent attention: %lld work items (row blocks x heads x batch); at most "
+                 "2^31 - 1 less the SMs",
+                 (long long)items);
+    const int64_t ctas = items < sms ? items : sms;
+    if (ctas < 1) return STOF_OK;
+    STOF_CUDA_TRY(
+        stof_launch_pdl(a->pdl != 0, fn, dim3((unsigned)ctas), dim3(threads), args, smem, stream));
     return STOF_CUDA(cudaGetLastError());
 }
 
@@ -177,14 +223,16 @@ static __device__ __forceinline__ attn_seq attn_seq_of(const attn_launch *a, int
     return s;
 }
 
-/* Rows [row0, row0 + rows) of out that exist get zeros (both block-wise kernels). */
+/* Rows [row0, row0 + rows) of out that exist get zeros (both block-wise
+ * kernels); tid: the thread's index among the THREADS that share the work. */
 template <int D, int THREADS>
 static __device__ __forceinline__ void store_zero_rows(const attn_seq *s, const attn_launch *a,
-                                                       int row0, int rows)
+                                                       int row0, int rows,
+                                                       int tid = (int)threadIdx.x)
 {
     const int CH = D / 8;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (int idx = threadIdx.x; idx < rows * CH; idx += THREADS) {
+    for (int idx = tid; idx < rows * CH; idx += THREADS) {
         const int r = idx / CH, c = idx % CH;
         if (row0 + r < s->store_rows)
             *(uint4 *)(s->o + (int64_t)(row0 + r) * a->o_sl + c * 8) = zero;
