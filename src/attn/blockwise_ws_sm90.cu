@@ -17,14 +17,11 @@
  * here is FlashAttention-3's (read for ideas, written anew):
  *
  *   one persistent CTA per SM (384 threads), walking work items (128 query
- *   rows of one head and batch entry) blockIdx.x, + gridDim.x, ... in
- *   grid.cuh's order: warpgroup 0 is the producer, which gives its registers
- *   away (setmaxnreg 40) and whose one elected thread moves each item's Q
- *   and every 128-key K and V tile by the copy engine (TMA) into a ring of
- *   two stages, each with a full and an empty mbarrier; warpgroups 1 and 2
- *   are the consumers (setmaxnreg 224), each owning 64 of an item's 128
- *   query rows:
- *     S = Q K^T   m64n128k16, Q and K from shared memory (Q in registers as
+ *   rows of one head and batch entry) in grid.cuh's order: warpgroup 0 is the producer, which gives
+ * its registers away (setmaxnreg 40) and whose one elected thread moves each item's Q and every
+ * 128-key K and V tile by the copy engine (TMA) into a ring of two stages, each with a full and an
+ * empty mbarrier; warpgroups 1 and 2 are the consumers (setmaxnreg 224), each owning 64 of an
+ * item's 128 query rows: S = Q K^T   m64n128k16, Q and K from shared memory (Q in registers as
  *                 blockwise_sm90.cu holds it would cost 32 more registers a
  *                 thread beside O, S and P: 64 + 64 + 32 of the 224);
  *     softmax     online, log2 domain, the scale folded into the exponent's
@@ -50,13 +47,19 @@
  * item's Q and first K/V tiles while the consumers finish the current one's
  * last P V and store its output. Items with nothing to compute (rows past a
  * sequence, no visible key) touch no barrier in any role, and the consumers
- * write their zeros. The items are split statically (item i to CTA i mod
- * the grid): the heavy-first order already interleaves heavy and light row
- * blocks, so each CTA's share sums to within about one item of the mean
- * (causal (8, 32, 2048) on 132 SMs: 4096 items, 31 or 32 a CTA, the
- * heaviest first everywhere), and no global counter has to be reset between
- * launches or inside captured graphs (a dynamic scheduler's atomic counter
- * would need a workspace per stream, or a reset by the last CTA out).
+ * write their zeros. The two consumers' turns run on across items too: the
+ * second hands the turn over after its last P V where the CTA has another
+ * live item, so that the first starts that item under the second's
+ * epilogue.
+ *
+ * The items are split statically, in grid.cuh's units (a heavy-first row
+ * block with its light mirror; unit u to CTA u mod the grid): each CTA's
+ * share is within one unit of the mean, and no global counter has to be
+ * reset between launches or inside captured graphs (a dynamic scheduler's
+ * atomic counter would need a workspace per stream). Counting tiles,
+ * causal (8, 32, 2048) on 132 SMs gives a CTA at most 1.031 times the mean
+ * (2048 units, 15.5 a CTA), a greedy dynamic split (what the hardware gave
+ * the one-CTA-an-item launch) 1.012; per-entry lengths are not balanced for.
  *
  * The last tile of a sequence may bring rows past its keys: the producer warp
  * waits for that V tile itself (on a barrier of its own), zeroes those rows,
@@ -230,6 +233,18 @@ static __device__ __forceinline__ int ws_row_blocks(const attn_launch &a)
     return (a.lq + WS_BLOCK_M - 1) / WS_BLOCK_M;
 }
 
+/* The CTA's t-th work item (t = 0, 1, ...) into *lin: the linear index of
+ * attn_item_order, or -1 where its unit (grid.cuh) has no such item. False
+ * past the CTA's last unit. */
+static __device__ __forceinline__ bool ws_walk(const attn_launch &a, int t, int row_blocks,
+                                               int units, int *lin)
+{
+    const int per = a.heavy_first ? 2 : 1, u = (int)blockIdx.x + t / per * (int)gridDim.x;
+    if (u >= units) return false;
+    *lin = attn_unit_item(&a, u, t % per, row_blocks);
+    return true;
+}
+
 /* One work item: 128 query rows of one (head, batch entry), and the keys
  * they read. */
 typedef struct ws_item {
@@ -274,6 +289,20 @@ static __device__ __forceinline__ bool ws_item_live(const ws_item *w)
     return w->n > 0 && w->row0 < w->s.len_q;
 }
 
+/* Whether the CTA has a live item after its t-th. */
+template <bool CAUSAL>
+static __device__ __forceinline__ bool ws_live_after(const attn_launch &a, int t, int row_blocks,
+                                                     int units)
+{
+    int lin;
+    for (int next = t + 1; ws_walk(a, next, row_blocks, units, &lin); next++) {
+        if (lin < 0) continue;
+        const ws_item w = ws_item_of<CAUSAL>(&a, lin, row_blocks);
+        if (ws_item_live(&w)) return true;
+    }
+    return false;
+}
+
 /* The producer warp: for each live item, Q once both consumers are done
  * with the previous item's, then its K and V tiles through the ring. g
  * numbers the CTA's tiles across items, so that the ring's stages and
@@ -284,7 +313,7 @@ static __device__ __forceinline__ void ws_produce(const attn_launch &a, const CU
                                                   const CUtensorMap *v_map)
 {
     const ws_layout sm = ws_layout_of();
-    const int row_blocks = ws_row_blocks(a), items = row_blocks * a.heads * a.batch;
+    const int row_blocks = ws_row_blocks(a), units = (int)attn_units(&a, row_blocks);
     const int lane = threadIdx.x & 31;
     if (lane == 0) {
         tma_prefetch_map(q_map);
@@ -293,7 +322,9 @@ static __device__ __forceinline__ void ws_produce(const attn_launch &a, const CU
     }
     int g = 0, live = 0;
     uint32_t raw_phase = 0;
-    for (int lin = blockIdx.x; lin < items; lin += gridDim.x) {
+    int lin;
+    for (int t = 0; ws_walk(a, t, row_blocks, units, &lin); t++) {
+        if (lin < 0) continue;
         const ws_item w = ws_item_of<CAUSAL>(&a, lin, row_blocks);
         if (!ws_item_live(&w)) continue;
         const int kv_y = w.s.k_row0, kv_h = w.s.kv_head, kv_w = a.cu_k ? 0 : w.b;
@@ -350,7 +381,7 @@ template <int BF16, bool CAUSAL>
 static __device__ __forceinline__ void ws_consume(const attn_launch &a)
 {
     const ws_layout sm = ws_layout_of();
-    const int row_blocks = ws_row_blocks(a), items = row_blocks * a.heads * a.batch;
+    const int row_blocks = ws_row_blocks(a), units = (int)attn_units(&a, row_blocks);
     const int c = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int tq = lane & 3;
     const uint64_t q_desc = opaque(sw128_desc(sm.q + c * WS_Q_TILE, 16, 1024));
@@ -360,7 +391,9 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
     const bool negate = a.scale_log2 < 0.0f;
     const float scale = fabsf(a.scale_log2);
     int g0 = 0, live = 0;
-    for (int lin = blockIdx.x; lin < items; lin += gridDim.x) {
+    int lin;
+    for (int t = 0; ws_walk(a, t, row_blocks, units, &lin); t++) {
+        if (lin < 0) continue;
         const ws_item w = ws_item_of<CAUSAL>(&a, lin, row_blocks);
         if (w.row0 >= w.s.store_rows) continue;
         if (!ws_item_live(&w)) {
@@ -387,8 +420,10 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
         for (int i = 0; i < 64; i++)
             o[i] = sc[i] = 0.0f;
 
-        /* The second consumer lets the first issue first. */
-        if (c == 1) ws_turn_pass(c);
+        /* The second consumer lets the first issue first, once: from then
+         * on the turn passes on from item to item (below). */
+        if (c == 1 && live == 0) ws_turn_pass(c);
+        const bool more = c == 1 && ws_live_after<CAUSAL>(a, t, row_blocks, units);
         mbar_wait(sm.q_full, live & 1);
 
         /* Tile 0: S_0 and its softmax. */
@@ -439,9 +474,10 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
             pack_p<BF16>(p, sc);
         }
 
-        /* The last P V. The second consumer's hand-over would have no taker
-         * (the first takes its next turn from the second's pass at the start
-         * of the next item). */
+        /* The last P V. The second consumer hands the turn over only where
+         * the first will take it, at its next live item's S_0 (so that the
+         * first's next item starts under the second's epilogue); after the
+         * CTA's last it would have no taker. */
         const int g = g0 + n - 1;
         st = g & 1;
         mbar_wait(sm.v_full + 8 * st, (g >> 1) & 1);
@@ -449,7 +485,7 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
         wgmma_fence();
         ws_issue_pv<BF16>(o, p, desc_at(v_desc, st * WS_KV_TILE));
         wgmma_commit();
-        if (c == 0) ws_turn_pass(c);
+        if (c == 0 || more) ws_turn_pass(c);
         wgmma_wait<0>();
         reg_fence(o);
         mbar_arrive(sm.v_empty + 8 * st);
