@@ -474,9 +474,10 @@ static void ws_sweep(void)
 /* Persistent CTAs of the warp-specialised kernel: more work items (128-row
  * blocks x heads x batch) than any Hopper part has SMs (132-144), so that
  * every CTA walks several and a barrier phase carried wrongly from one item
- * into the next shows; items with no rows or no visible key (a padded entry
- * whose bottom-right offset is negative, an entry of one row) in between
- * live ones; dense and causal, padded and packed, MHA and GQA, Lq < Lk.
+ * into the next shows (units, grid.cuh: more of them than SMs too); items
+ * with no rows or no visible key (a padded entry whose bottom-right offset
+ * is negative, an entry of one row) in between live ones; dense and causal,
+ * padded and packed, MHA and GQA, Lq < Lk.
  * Every case runs the kernel twice in a row (AUTO, then forced). */
 static void ws_multi_sweep(void)
 {
@@ -487,20 +488,27 @@ static void ws_multi_sweep(void)
         int32_t lens_q[4], lens_k[4];
     } wcase;
     static const wcase cases[] = {
-        /* 256 items; every row checked (H * Lq * Lk = 2^21). */
+        /* Dense: 256 items (one a unit), every row checked (H * Lq * Lk = 2^21). */
         {"full", 32, 8, 256, 256, false, false, true, {0}, {0}},
-        {"causal", 32, 32, 256, 256, false, false, false, {0}, {0}},
-        /* Entry 1: off = 20 - 200, its first row block sees no key (zeros,
-         * no barrier), its second one tile ending past its keys; entry 3:
-         * one row. */
-        {"causal", 32, 32, 256, 256, true, false, true, {256, 200, 130, 1}, {256, 20, 256, 1}},
         {"full", 32, 8, 256, 256, true, false, false, {256, 100, 129, 1}, {256, 7, 200, 129}},
-        {"causal", 32, 8, 256, 256, true, true, true, {256, 100, 129, 37}, {256, 100, 129, 37}},
         {"full", 32, 4, 256, 256, true, true, false, {129, 256, 1, 77}, {200, 256, 33, 1}},
-        /* Lq < Lk: bottom-right and top-left causal, dense. */
-        {"causal", 24, 6, 200, 600, false, false, true, {0}, {0}},
-        {"causal,topleft", 24, 24, 200, 600, false, false, false, {0}, {0}},
         {"full", 40, 40, 129, 300, false, false, true, {0}, {0}},
+        /* Causal (heavy-first where select.h's imbalance bound says so:
+         * units of two row blocks): 192 units or more. Entry 1 of the
+         * second: off = 20 - 200, its first row block sees no key (zeros, no
+         * barrier), its second one tile ending past its keys; entry 3: one
+         * row. */
+        {"causal", 48, 48, 256, 256, false, false, false, {0}, {0}},
+        {"causal", 48, 12, 256, 256, true, false, true, {256, 200, 130, 1}, {256, 20, 256, 1}},
+        {"causal", 48, 12, 256, 256, true, true, true, {256, 100, 129, 37}, {256, 100, 129, 37}},
+        /* Longer rows, surely heavy-first (select.h's imbalance bound, at
+         * either tile height): five row blocks (the middle one a unit of its
+         * own) and eight. */
+        {"causal", 24, 8, 640, 640, true, false, false, {640, 600, 3, 129}, {640, 630, 3, 640}},
+        {"causal", 16, 4, 1000, 1000, true, true, true, {1000, 999, 500, 2}, {1000, 999, 500, 2}},
+        /* Lq < Lk, bottom-right and top-left. */
+        {"causal", 48, 12, 200, 600, false, false, true, {0}, {0}},
+        {"causal,topleft", 48, 48, 200, 600, false, false, false, {0}, {0}},
     };
     const char *max_env = getenv("STOF_TEST_MAX_L");
     const int max_l = max_env ? atoi(max_env) : 1 << 30;
