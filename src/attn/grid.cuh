@@ -1,6 +1,7 @@
 /*
  * grid.cuh — where the work of an attention CTA lies: the launch order and
- * grid of the block-wise kernels (and their shared-memory opt-in), the
+ * grid of the block-wise kernels (and their shared-memory opt-in), the same
+ * order walked in units by persistent CTAs (blockwise_ws_sm90.cu), the
  * sequence one (batch entry, head) addresses in either layout, its tile rows
  * in the mask, and the zero rows of an empty one. Included by the .cu files
  * of this part; the PTX they run on is core/ptx.cuh.
@@ -13,11 +14,11 @@
 #include "core/launch.cuh"
 
 /*
- * The order of attn_block_order (below) as a function of a linear index, for kernels that walk
- * work items in a loop (persistent CTAs): item lin of steps row blocks per
- * (head, batch entry) pair, 0 <= lin < steps * heads * batch. Heavy-first:
- * its sections and steps; otherwise row blocks fastest, then
- * heads, then batch entries (the 3-D grid's x, y, z).
+ * The order of attn_block_order (below) as a function of a linear index,
+ * for kernels that walk work items in a loop (persistent CTAs): item lin of
+ * steps row blocks per (head, batch entry) pair, 0 <= lin < steps * heads *
+ * batch. Heavy-first: its sections and steps; otherwise row blocks fastest,
+ * then heads, then batch entries (the 3-D grid's x, y, z).
  */
 static __device__ __forceinline__ void attn_item_order(const attn_launch *a, int lin, int steps,
                                                        int *h, int *b, int *x)
