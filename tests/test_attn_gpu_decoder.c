@@ -12,11 +12,12 @@
  * block-wise forced; where the call has no modifier and a common head dim,
  * the row-wise and both sm_90 kernels forced too (they read K/V by head group; the
  * warp-specialised one where it serves: head dim 128, dense or causal). A second sweep
- * (ws_sweep) covers that kernel's own ground. Inputs are fresh random
+ * (ws_sweep) covers that kernel's own ground, a third (ws_multi_sweep) its
+ * persistent CTAs walking many work items. Inputs are fresh random
  * values with NaN in every padding row; the output is poisoned (NaN) before every run; rows with no
  * visible key must come back as exact zeros. Long rows are checked on a sample of query rows.
  * STOF_TEST_MAX_L=N skips cases longer than N (the sanitizer's subset);
- * STOF_TEST_WS_ONLY=1 runs ws_sweep alone, under AUTO and with the
+ * STOF_TEST_WS_ONLY=1 runs ws_sweep and ws_multi_sweep alone, under AUTO and with the
  * warp-specialised kernel forced only (the sanitizers' case).
  */
 #include "attn/attn.h"
@@ -470,6 +471,70 @@ static void ws_sweep(void)
             }
 }
 
+/* Persistent CTAs of the warp-specialised kernel: more work items (128-row
+ * blocks x heads x batch) than any Hopper part has SMs (132-144), so that
+ * every CTA walks several and a barrier phase carried wrongly from one item
+ * into the next shows (units, grid.cuh: more of them than SMs too); items
+ * with no rows or no visible key (a padded entry whose bottom-right offset
+ * is negative, an entry of one row) in between live ones; dense and causal,
+ * padded and packed, MHA and GQA, Lq < Lk.
+ * Every case runs the kernel twice in a row (AUTO, then forced). */
+static void ws_multi_sweep(void)
+{
+    typedef struct wcase {
+        const char *mask;
+        int H, Hkv, Lq, Lk;
+        bool lengths, packed, bf16;
+        int32_t lens_q[4], lens_k[4];
+    } wcase;
+    static const wcase cases[] = {
+        /* Dense: 256 items (one a unit), every row checked (H * Lq * Lk = 2^21). */
+        {"full", 32, 8, 256, 256, false, false, true, {0}, {0}},
+        {"full", 32, 8, 256, 256, true, false, false, {256, 100, 129, 1}, {256, 7, 200, 129}},
+        {"full", 32, 4, 256, 256, true, true, false, {129, 256, 1, 77}, {200, 256, 33, 1}},
+        {"full", 40, 40, 129, 300, false, false, true, {0}, {0}},
+        /* Causal (heavy-first where select.h's imbalance bound says so:
+         * units of two row blocks): 192 units or more. Entry 1 of the
+         * second: off = 20 - 200, its first row block sees no key (zeros, no
+         * barrier), its second one tile ending past its keys; entry 3: one
+         * row. */
+        {"causal", 48, 48, 256, 256, false, false, false, {0}, {0}},
+        {"causal", 48, 12, 256, 256, true, false, true, {256, 200, 130, 1}, {256, 20, 256, 1}},
+        {"causal", 48, 12, 256, 256, true, true, true, {256, 100, 129, 37}, {256, 100, 129, 37}},
+        /* Longer rows, surely heavy-first (select.h's imbalance bound, at
+         * either tile height): five row blocks (the middle one a unit of its
+         * own) and eight. */
+        {"causal", 24, 8, 640, 640, true, false, false, {640, 600, 3, 129}, {640, 630, 3, 640}},
+        {"causal", 16, 4, 1000, 1000, true, true, true, {1000, 999, 500, 2}, {1000, 999, 500, 2}},
+        /* Lq < Lk, bottom-right and top-left. */
+        {"causal", 48, 12, 200, 600, false, false, true, {0}, {0}},
+        {"causal,topleft", 48, 48, 200, 600, false, false, false, {0}, {0}},
+    };
+    const char *max_env = getenv("STOF_TEST_MAX_L");
+    const int max_l = max_env ? atoi(max_env) : 1 << 30;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const wcase *w = &cases[i];
+        if (w->Lk > max_l) continue;
+        dcase c;
+        memset(&c, 0, sizeof c);
+        c.mask = w->mask;
+        c.B = 4;
+        c.H = w->H;
+        c.Hkv = w->Hkv;
+        c.Lq = w->Lq;
+        c.Lk = w->Lk;
+        c.D = 128;
+        c.dt = w->bf16 ? STOF_BF16 : STOF_F16;
+        c.lengths = w->lengths;
+        c.packed = w->packed;
+        for (int b = 0; b < c.B; b++) {
+            c.lens_q[b] = w->lengths ? w->lens_q[b] : c.Lq;
+            c.lens_k[b] = w->lengths ? w->lens_k[b] : c.Lk;
+        }
+        run_case(&c);
+    }
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed() ^ 0xdec0de);
@@ -484,6 +549,7 @@ int main(void)
     ws_only = getenv("STOF_TEST_WS_ONLY") != NULL;
     if (!ws_only) sweep();
     ws_sweep();
+    ws_multi_sweep();
     printf("test_attn_gpu_decoder: %d runs, %d forced runs skipped (kernel cannot serve)\n",
            runs_done, runs_skipped);
     stof_ctx_destroy(ctx);

@@ -16,15 +16,14 @@
  * tensor pipe idles while the slowest warpgroup reaches it. The structure
  * here is FlashAttention-3's (read for ideas, written anew):
  *
- *   one CTA per SM (384 threads): warpgroup 0 is the producer, which gives
- *   its registers away (setmaxnreg 24) and whose one elected thread moves Q
- *   (once) and every 128-key K and V tile by the copy engine (TMA) into a
- *   ring of two stages, each with a full and an empty mbarrier; warpgroups 1
- *   and 2 are the consumers (setmaxnreg 240), each owning 64 of the CTA's 128
- *   query rows:
- *     S = Q K^T   m64n128k16, Q and K from shared memory (Q in registers as
+ *   one persistent CTA per SM (384 threads), walking work items (128 query
+ *   rows of one head and batch entry) in grid.cuh's order: warpgroup 0 is the producer, which gives
+ * its registers away (setmaxnreg 40) and whose one elected thread moves each item's Q and every
+ * 128-key K and V tile by the copy engine (TMA) into a ring of two stages, each with a full and an
+ * empty mbarrier; warpgroups 1 and 2 are the consumers (setmaxnreg 224), each owning 64 of an
+ * item's 128 query rows: S = Q K^T   m64n128k16, Q and K from shared memory (Q in registers as
  *                 blockwise_sm90.cu holds it would cost 32 more registers a
- *                 thread beside O, S and P: 64 + 64 + 32 of the 240);
+ *                 thread beside O, S and P: 64 + 64 + 32 of the 224);
  *     softmax     online, log2 domain, the scale folded into the exponent's
  *                 FFMA; only the tiles that reach past a row's last key
  *                 (the sequence's end, or the causal diagonal) are masked,
@@ -39,25 +38,48 @@
  *   the other has issued its own (two named barriers), so that one's softmax
  *   runs while the other's products hold the tensor pipe.
  *
+ * Persistence. With one CTA a work item, a CTA of a short row (causal at
+ * 2048 keys walks 1-16 tiles) paid its prologue (barriers, Q, the first K/V
+ * tiles) and its output store in the open. Here the ring and its parities
+ * run on across a CTA's items (g numbers its tiles), Q has an empty barrier
+ * of its own (both consumers arrive once their item's last S is done), and
+ * the output is staged in tiles apart from Q: the producer loads the next
+ * item's Q and first K/V tiles while the consumers finish the current one's
+ * last P V and store its output. Items with nothing to compute (rows past a
+ * sequence, no visible key) touch no barrier in any role, and the consumers
+ * write their zeros. The two consumers' turns run on across items too: the
+ * second hands the turn over after its last P V where the CTA has another
+ * live item, so that the first starts that item under the second's
+ * epilogue.
+ *
+ * The items are split statically, in grid.cuh's units (a heavy-first row
+ * block with its light mirror; unit u to CTA u mod the grid): each CTA's
+ * share is within one unit of the mean, and no global counter has to be
+ * reset between launches or inside captured graphs (a dynamic scheduler's
+ * atomic counter would need a workspace per stream). Counting tiles,
+ * causal (8, 32, 2048) on 132 SMs gives a CTA at most 1.031 times the mean
+ * (2048 units, 15.5 a CTA), a greedy dynamic split (what the hardware gave
+ * the one-CTA-an-item launch) 1.012; per-entry lengths are not balanced for.
+ *
  * The last tile of a sequence may bring rows past its keys: the producer warp
  * waits for that V tile itself (on a barrier of its own), zeroes those rows,
  * and only then completes the stage's full barrier. Q rows past the sequence
  * are computed and never stored (store_output writes zeros there).
  *
- * Causal: the CTA's keys end at its last live row's diagonal (row + off + 1,
+ * Causal: an item's keys end at its last live row's diagonal (row + off + 1,
  * off = len_k - len_q under bottom-right alignment, 0 under top-left), so no
  * tile past the diagonal is loaded; tiles crossing it are masked by index.
- * The heavy-first launch order of grid.cuh applies (attention.c sets it from
- * the mask's row imbalance).
+ * The heavy-first order of grid.cuh applies (attention.c sets it from the
+ * mask's row imbalance).
  *
  * Measured on an H100 against blockwise_sm90.cu in one process
  * (bench/results/attention-ws-2026-11-26-h100.txt): 557-648 TFLOP/s against
  * 394-544 over dense, causal and GQA causal at 2048-8192 keys, fp16 and bf16;
  * against cuDNN's SDPA in compare_attention.py's suite B, 0.98-1.03 of its
  * speed at 4096-8192 and 0.89 on GQA causal (8, 32, 2048, 128), where each
- * CTA walks only 1-16 tiles and its prologue and output store show (resident
- * CTAs taking the next work item under the current one's epilogue are what
- * would hide them).
+ * CTA walked only 1-16 tiles and its prologue and output store showed; those
+ * figures are of the one-CTA-an-item form that persistence replaced, which
+ * has yet to be measured.
  */
 #include "attn/attn.h"
 #include "attn/grid.cuh"
@@ -76,14 +98,21 @@
 #define WS_KV_BLOCK (WS_BLOCK_N * 128) /* one 64-element column block of a K/V tile */
 #define WS_KV_TILE (WS_BLOCK_N * WS_D * 2)
 #define WS_CONSUMERS 256 /* threads of the two consumer warpgroups */
-/* Q, two K and two V stages, ten mbarriers; 1024 bytes of slack to align the base. */
-#define WS_SMEM ATTN_WS_SMEM_BYTES
-static_assert(WS_SMEM >= 2 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 80, "select.h's figure");
+/* Q, the output staging tiles, two K and two V stages, eleven mbarriers
+ * (88 bytes of 128); 1024 bytes of slack to align the base: 197760 bytes.
+ * select.h's ATTN_WS_SMEM_BYTES, which the selector checks against the
+ * device, predates the output tiles and counts 32 KB less. */
+#define WS_SMEM (4 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 128)
+static_assert(ATTN_WS_SMEM_BYTES + 2 * WS_Q_TILE >= WS_SMEM, "select.h's figure");
 
-/* The producer's and the consumers' registers per thread: 24 * 128 + 240 *
- * 256 = 64512, the 168 a thread of 384 that __launch_bounds__(384, 1) leaves. */
-#define WS_PRODUCER_REGS 24
-#define WS_CONSUMER_REGS 240
+/* The producer's and the consumers' registers per thread: 40 * 128 + 224 *
+ * 256 = 62464 of the 64512 (168 a thread of 384) that __launch_bounds__(384,
+ * 1) leaves. The producer walks the work items (their order, sequence and
+ * key range), which at 24 spilled 52 bytes; the consumers' code reaches
+ * register 190 whether given 224 or 240, so ptxas -v shows no spill at
+ * these. */
+#define WS_PRODUCER_REGS 40
+#define WS_CONSUMER_REGS 224
 
 /* S = Q K^T for one consumer warpgroup: eight k16 steps, 32 bytes along a
  * 128-byte row each, four to a column block (8 KB in the 64-row Q tile, 16
@@ -163,6 +192,314 @@ static __device__ __forceinline__ void ws_turn_pass(int c)
         named_bar_arrive<1, WS_CONSUMERS>();
 }
 
+/* Shared memory: Q (one 64-row tile per consumer), the consumers' output
+ * staging tiles (apart from Q, so that the next item's Q may land while this
+ * item's output leaves), two K and two V stages, and the mbarriers. */
+typedef struct ws_layout {
+    uint32_t q, o, k, v;
+    uint32_t q_full;  /* Q landed */
+    uint32_t q_empty; /* Q read by both consumers (their last S issued and done) */
+    uint32_t k_full;  /* [2] K stage landed */
+    uint32_t k_empty; /* [2] K stage read by both consumers */
+    uint32_t v_full;  /* [2] V stage landed (tail rows zeroed) */
+    uint32_t v_empty; /* [2] V stage read by both consumers */
+    uint32_t v_raw;   /* the last V tile of an item landed, not yet zeroed */
+} ws_layout;
+
+/* The layout in this CTA's dynamic shared memory (its base aligned to 1024
+ * bytes, as the 128-byte swizzle wants), computed by each role for itself. */
+static __device__ __forceinline__ ws_layout ws_layout_of(void)
+{
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    ws_layout sm;
+    sm.q = base;
+    sm.o = sm.q + 2 * WS_Q_TILE;
+    sm.k = sm.o + 2 * WS_Q_TILE;
+    sm.v = sm.k + 2 * WS_KV_TILE;
+    const uint32_t bars = sm.v + 2 * WS_KV_TILE;
+    sm.q_full = bars;
+    sm.k_full = bars + 8;
+    sm.k_empty = bars + 24;
+    sm.v_full = bars + 40;
+    sm.v_empty = bars + 56;
+    sm.v_raw = bars + 72;
+    sm.q_empty = bars + 80;
+    return sm;
+}
+
+/* Row blocks of 128 rows a (head, batch entry) pair. */
+static __device__ __forceinline__ int ws_row_blocks(const attn_launch &a)
+{
+    return (a.lq + WS_BLOCK_M - 1) / WS_BLOCK_M;
+}
+
+/* The CTA's t-th work item (t = 0, 1, ...) into *lin: the linear index of
+ * attn_item_order, or -1 where its unit (grid.cuh) has no such item. False
+ * past the CTA's last unit. */
+static __device__ __forceinline__ bool ws_walk(const attn_launch &a, int t, int row_blocks,
+                                               int units, int *lin)
+{
+    const int per = a.heavy_first ? 2 : 1, u = (int)blockIdx.x + t / per * (int)gridDim.x;
+    if (u >= units) return false;
+    *lin = attn_unit_item(&a, u, t % per, row_blocks);
+    return true;
+}
+
+/* One work item: 128 query rows of one (head, batch entry), and the keys
+ * they read. */
+typedef struct ws_item {
+    attn_seq s;
+    int h, b, row0;
+    int off; /* the analytic row offset of the mask's own lengths (mask_tiles_offset) */
+    int n;   /* 128-key tiles read */
+} ws_item;
+
+/* Keys the item reads: all of the sequence's, or (causal) up to its last
+ * live row's diagonal (row + off + 1, off = len_k - len_q under bottom-right
+ * alignment, 0 under top-left). Sets w->off and w->n. */
+template <bool CAUSAL>
+static __device__ __forceinline__ void ws_key_range(const attn_launch *a, ws_item *w)
+{
+    const mask_tiles *t = &a->tiles;
+    const int bi = t->bm > 1 ? w->b : 0;
+    w->off = t->align_end ? t->len_k[bi] - t->len_q[bi] : 0;
+    int kend = w->s.len_k;
+    if (CAUSAL) kend = min(kend, min(w->row0 + WS_BLOCK_M, w->s.len_q) + w->off);
+    w->n = kend > 0 ? (kend + WS_BLOCK_N - 1) / WS_BLOCK_N : 0;
+}
+
+/* Work item lin (attn_item_order over row_blocks row blocks a pair). */
+template <bool CAUSAL>
+static __device__ __forceinline__ ws_item ws_item_of(const attn_launch *a, int lin, int row_blocks)
+{
+    ws_item w;
+    int x;
+    attn_item_order(a, lin, row_blocks, &w.h, &w.b, &x);
+    w.row0 = x * WS_BLOCK_M;
+    w.s = attn_seq_of(a, w.b, w.h);
+    ws_key_range<CAUSAL>(a, &w);
+    return w;
+}
+
+/* An item with keys to read and rows to compute; the others only write
+ * zeros (rows with nothing visible) or nothing (rows past the sequence's
+ * stored rows), and touch no barrier, so every role skips them alike. */
+static __device__ __forceinline__ bool ws_item_live(const ws_item *w)
+{
+    return w->n > 0 && w->row0 < w->s.len_q;
+}
+
+/* Whether the CTA has a live item after its t-th. */
+template <bool CAUSAL>
+static __device__ __forceinline__ bool ws_live_after(const attn_launch &a, int t, int row_blocks,
+                                                     int units)
+{
+    int lin;
+    for (int next = t + 1; ws_walk(a, next, row_blocks, units, &lin); next++) {
+        if (lin < 0) continue;
+        const ws_item w = ws_item_of<CAUSAL>(&a, lin, row_blocks);
+        if (ws_item_live(&w)) return true;
+    }
+    return false;
+}
+
+/* The producer warp: for each live item, Q once both consumers are done
+ * with the previous item's, then its K and V tiles through the ring. g
+ * numbers the CTA's tiles across items, so that the ring's stages and
+ * parities run on from one item into the next. */
+template <bool CAUSAL>
+static __device__ __forceinline__ void ws_produce(const attn_launch &a, const CUtensorMap *q_map,
+                                                  const CUtensorMap *k_map,
+                                                  const CUtensorMap *v_map)
+{
+    const ws_layout sm = ws_layout_of();
+    const int row_blocks = ws_row_blocks(a), units = (int)attn_units(&a, row_blocks);
+    const int lane = threadIdx.x & 31;
+    if (lane == 0) {
+        tma_prefetch_map(q_map);
+        tma_prefetch_map(k_map);
+        tma_prefetch_map(v_map);
+    }
+    int g = 0, live = 0;
+    uint32_t raw_phase = 0;
+    int lin;
+    for (int t = 0; ws_walk(a, t, row_blocks, units, &lin); t++) {
+        if (lin < 0) continue;
+        const ws_item w = ws_item_of<CAUSAL>(&a, lin, row_blocks);
+        if (!ws_item_live(&w)) continue;
+        const int kv_y = w.s.k_row0, kv_h = w.s.kv_head, kv_w = a.cu_k ? 0 : w.b;
+        if (lane == 0) {
+            if (live > 0) mbar_wait(sm.q_empty, (live - 1) & 1);
+            mbar_arrive_expect_tx(sm.q_full, 2 * WS_Q_TILE);
+            const int q_w = a.cu_q ? 0 : w.b;
+#pragma unroll
+            for (int c = 0; c < 2; c++)
+#pragma unroll
+                for (int cb = 0; cb < 2; cb++)
+                    tma_load_4d(sm.q + c * WS_Q_TILE + cb * SM90_BLOCK_BYTES, q_map, sm.q_full,
+                                cb * 64, w.s.q_row0 + w.row0 + c * 64, w.h, q_w);
+        }
+        for (int i = 0; i < w.n; i++, g++) {
+            const int st = g & 1, key0 = i * WS_BLOCK_N;
+            const bool tail = key0 + WS_BLOCK_N > w.s.len_k;
+            if (lane == 0) {
+                /* Stage st's previous tile (g - 2) released by both consumers. */
+                const uint32_t was = ((g >> 1) + 1) & 1;
+                if (g >= 2) mbar_wait(sm.k_empty + 8 * st, was);
+                mbar_arrive_expect_tx(sm.k_full + 8 * st, WS_KV_TILE);
+                for (int cb = 0; cb < 2; cb++)
+                    tma_load_4d(sm.k + st * WS_KV_TILE + cb * WS_KV_BLOCK, k_map,
+                                sm.k_full + 8 * st, cb * 64, kv_y + key0, kv_h, kv_w);
+                if (g >= 2) mbar_wait(sm.v_empty + 8 * st, was);
+                const uint32_t vbar = tail ? sm.v_raw : sm.v_full + 8 * st;
+                mbar_arrive_expect_tx(vbar, WS_KV_TILE);
+                for (int cb = 0; cb < 2; cb++)
+                    tma_load_4d(sm.v + st * WS_KV_TILE + cb * WS_KV_BLOCK, v_map, vbar, cb * 64,
+                                kv_y + key0, kv_h, kv_w);
+            }
+            __syncwarp();
+            if (tail) {
+                /* The one tile of the item reaching past the keys (its last):
+                 * its rows there to zeros before the consumers may read it. */
+                mbar_wait(sm.v_raw, raw_phase);
+                raw_phase ^= 1;
+                zero_tail_rows<WS_D, 32, WS_BLOCK_N>(sm.v + st * WS_KV_TILE, w.s.len_k - key0,
+                                                     lane);
+                fence_proxy_async();
+                __syncwarp();
+                if (lane == 0) mbar_arrive(sm.v_full + 8 * st);
+            }
+        }
+        live++;
+    }
+}
+
+/* Consumer warpgroup c (0 or 1): rows 64c.. of each live item, zeros for
+ * the empty ones. g0 numbers the item's first tile among the CTA's (the
+ * producer's g). */
+template <int BF16, bool CAUSAL>
+static __device__ __forceinline__ void ws_consume(const attn_launch &a)
+{
+    const ws_layout sm = ws_layout_of();
+    const int row_blocks = ws_row_blocks(a), units = (int)attn_units(&a, row_blocks);
+    const int c = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int tq = lane & 3;
+    const uint64_t q_desc = opaque(sw128_desc(sm.q + c * WS_Q_TILE, 16, 1024));
+    const uint64_t k_desc = opaque(sw128_desc(sm.k, 16, 1024));
+    const uint64_t v_desc = opaque(sw128_desc(sm.v, WS_KV_BLOCK, 1024));
+    const uint32_t o_tile = sm.o + c * WS_Q_TILE;
+    const bool negate = a.scale_log2 < 0.0f;
+    const float scale = fabsf(a.scale_log2);
+    int g0 = 0, live = 0;
+    int lin;
+    for (int t = 0; ws_walk(a, t, row_blocks, units, &lin); t++) {
+        if (lin < 0) continue;
+        const ws_item w = ws_item_of<CAUSAL>(&a, lin, row_blocks);
+        if (w.row0 >= w.s.store_rows) continue;
+        if (!ws_item_live(&w)) {
+            store_zero_rows<WS_D, WS_CONSUMERS>(&w.s, &a, w.row0, WS_BLOCK_M,
+                                                (int)threadIdx.x - 128);
+            continue;
+        }
+        const int n = w.n;
+        /* The last visible key of the thread's rows g and g + 8, and the
+         * least of the warpgroup's (a tile past it needs no mask). */
+        const int row_w = w.row0 + c * 64 + warp * 16, row_g = row_w + (lane >> 2);
+        int lim[2] = {w.s.len_k - 1, w.s.len_k - 1};
+        int lim_wg = w.s.len_k - 1;
+        if (CAUSAL) {
+            lim[0] = min(lim[0], row_g + w.off);
+            lim[1] = min(lim[1], row_g + 8 + w.off);
+            lim_wg = min(lim_wg, w.row0 + c * 64 + w.off);
+        }
+        auto needs_mask = [&](int key0) { return key0 + WS_BLOCK_N - 1 > lim_wg; };
+
+        float o[64], sc[64], m[2] = {-INFINITY, -INFINITY}, l[2], alpha[2], sum[2];
+        uint32_t p[8][4];
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            o[i] = sc[i] = 0.0f;
+
+        /* The second consumer lets the first issue first, once: from then
+         * on the turn passes on from item to item (below). */
+        if (c == 1 && live == 0) ws_turn_pass(c);
+        const bool more = c == 1 && ws_live_after<CAUSAL>(a, t, row_blocks, units);
+        mbar_wait(sm.q_full, live & 1);
+
+        /* Tile 0: S_0 and its softmax. */
+        int st = g0 & 1;
+        mbar_wait(sm.k_full + 8 * st, (g0 >> 1) & 1);
+        ws_turn_wait(c);
+        wgmma_fence();
+        ws_issue_scores<BF16>(sc, q_desc, desc_at(k_desc, st * WS_KV_TILE));
+        wgmma_commit();
+        ws_turn_pass(c);
+        wgmma_wait<0>();
+        reg_fence(sc);
+        mbar_arrive(sm.k_empty + 8 * st);
+        if (n == 1) mbar_arrive(sm.q_empty);
+        ws_sign_and_mask(sc, negate, needs_mask(0), 0, lim, tq);
+        softmax_tile<true>(sc, scale, m, alpha, sum);
+        l[0] = sum[0];
+        l[1] = sum[1];
+        pack_p<BF16>(p, sc);
+
+        for (int i = 1; i < n; i++) {
+            const int g = g0 + i, key0 = i * WS_BLOCK_N;
+            st = g & 1;
+            /* K_i, and V_{i-1}, which the producer issued before it. */
+            mbar_wait(sm.k_full + 8 * st, (g >> 1) & 1);
+            mbar_wait(sm.v_full + 8 * (st ^ 1), ((g - 1) >> 1) & 1);
+            ws_turn_wait(c);
+            wgmma_fence();
+            ws_issue_scores<BF16>(sc, q_desc, desc_at(k_desc, st * WS_KV_TILE));
+            wgmma_commit();
+            ws_issue_pv<BF16>(o, p, desc_at(v_desc, (st ^ 1) * WS_KV_TILE));
+            wgmma_commit();
+            ws_turn_pass(c);
+            wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
+            reg_fence(sc);
+            mbar_arrive(sm.k_empty + 8 * st);
+            if (i == n - 1) mbar_arrive(sm.q_empty); /* the item's last S: Q is free */
+            if (ws_opaque_one()) {
+                ws_sign_and_mask(sc, negate, needs_mask(key0), key0, lim, tq);
+                softmax_tile<true>(sc, scale, m, alpha, sum);
+            }
+            wgmma_wait<0>(); /* O and P's registers are free from here on */
+            reg_fence(o);
+            mbar_arrive(sm.v_empty + 8 * (st ^ 1));
+            rescale_o<WS_D>(o, alpha);
+            l[0] = l[0] * alpha[0] + sum[0];
+            l[1] = l[1] * alpha[1] + sum[1];
+            pack_p<BF16>(p, sc);
+        }
+
+        /* The last P V. The second consumer hands the turn over only where
+         * the first will take it, at its next live item's S_0 (so that the
+         * first's next item starts under the second's epilogue); after the
+         * CTA's last it would have no taker. */
+        const int g = g0 + n - 1;
+        st = g & 1;
+        mbar_wait(sm.v_full + 8 * st, (g >> 1) & 1);
+        ws_turn_wait(c);
+        wgmma_fence();
+        ws_issue_pv<BF16>(o, p, desc_at(v_desc, st * WS_KV_TILE));
+        wgmma_commit();
+        if (c == 0 || more) ws_turn_pass(c);
+        wgmma_wait<0>();
+        reg_fence(o);
+        mbar_arrive(sm.v_empty + 8 * st);
+        /* Each warp stages its own 16 rows: its lanes are done reading the
+         * previous item's before they write this one's. */
+        __syncwarp();
+        float lsum[2] = {quad_sum(l[0]), quad_sum(l[1])};
+        store_output<WS_D, BF16>(o, lsum, o_tile, &w.s, &a, row_w, warp * 16, lane);
+        g0 += n;
+        live++;
+    }
+}
+
 template <int BF16, bool CAUSAL>
 __global__ void __launch_bounds__(384, 1)
     attn_ws_sm90_kernel(const attn_launch a, const __grid_constant__ CUtensorMap q_map,
@@ -171,194 +508,29 @@ __global__ void __launch_bounds__(384, 1)
 {
     stof_grid_launch_dependents();
     stof_grid_wait(); /* launched with PDL: the inputs are the previous kernel's outputs */
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-    const uint32_t sq = base;                  /* [2] 64-row Q tiles, one per consumer */
-    const uint32_t sk = sq + 2 * WS_Q_TILE;    /* [2] 128-key K stages */
-    const uint32_t sv = sk + 2 * WS_KV_TILE;   /* [2] 128-key V stages */
-    const uint32_t bars = sv + 2 * WS_KV_TILE; /* mbarriers: */
-    const uint32_t q_full = bars;              /*   Q landed */
-    const uint32_t k_full = bars + 8;          /*   [2] K stage landed */
-    const uint32_t k_empty = bars + 24;        /*   [2] K stage read by both consumers */
-    const uint32_t v_full = bars + 40;         /*   [2] V stage landed (tail rows zeroed) */
-    const uint32_t v_empty = bars + 56;        /*   [2] V stage read by both consumers */
-    const uint32_t v_raw = bars + 72;          /*   the last V tile landed, not yet zeroed */
-
-    const mask_tiles *t = &a.tiles;
-    int h, b, x;
-    attn_block_order(&a, &h, &b, &x);
-    const int row0 = x * WS_BLOCK_M;
-    const attn_seq s = attn_seq_of(&a, b, h);
-    if (row0 >= s.store_rows) return;
-    /* Keys the CTA reads: all of the sequence's, or (causal) up to its last
-     * live row's diagonal. off: the analytic row offset of the mask's own
-     * lengths (mask_tiles_offset). */
-    const int bi = t->bm > 1 ? b : 0;
-    const int off = t->align_end ? t->len_k[bi] - t->len_q[bi] : 0;
-    int kend = s.len_k;
-    if (CAUSAL) kend = min(kend, min(row0 + WS_BLOCK_M, s.len_q) + off);
-    const int n = kend > 0 ? (kend + WS_BLOCK_N - 1) / WS_BLOCK_N : 0;
-    if (n <= 0 || row0 >= s.len_q) {
-        store_zero_rows<WS_D, 384>(&s, &a, row0, WS_BLOCK_M);
-        return;
-    }
+    const ws_layout sm = ws_layout_of();
     if (threadIdx.x == 0) {
-        mbar_init(q_full, 1);
-        mbar_init(v_raw, 1);
+        mbar_init(sm.q_full, 1);
+        mbar_init(sm.q_empty, WS_CONSUMERS);
+        mbar_init(sm.v_raw, 1);
 #pragma unroll
         for (int st = 0; st < 2; st++) {
-            mbar_init(k_full + 8 * st, 1);
-            mbar_init(v_full + 8 * st, 1);
-            mbar_init(k_empty + 8 * st, WS_CONSUMERS);
-            mbar_init(v_empty + 8 * st, WS_CONSUMERS);
+            mbar_init(sm.k_full + 8 * st, 1);
+            mbar_init(sm.v_full + 8 * st, 1);
+            mbar_init(sm.k_empty + 8 * st, WS_CONSUMERS);
+            mbar_init(sm.v_empty + 8 * st, WS_CONSUMERS);
         }
         fence_mbar_init();
     }
     __syncthreads();
 
-    const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
-    if (wg == 0) {
-        /* ------------------------------------------------ producer */
+    if (threadIdx.x < 128) {
         setmaxnreg_dec<WS_PRODUCER_REGS>();
-        if (threadIdx.x >= 32) return;
-        const int kv_y = s.k_row0, kv_h = s.kv_head, kv_w = a.cu_k ? 0 : b;
-        if (lane == 0) {
-            tma_prefetch_map(&k_map);
-            tma_prefetch_map(&v_map);
-            mbar_arrive_expect_tx(q_full, 2 * WS_Q_TILE);
-            const int q_w = a.cu_q ? 0 : b;
-#pragma unroll
-            for (int c = 0; c < 2; c++)
-#pragma unroll
-                for (int cb = 0; cb < 2; cb++)
-                    tma_load_4d(sq + c * WS_Q_TILE + cb * SM90_BLOCK_BYTES, &q_map, q_full, cb * 64,
-                                s.q_row0 + row0 + c * 64, h, q_w);
-        }
-        for (int i = 0; i < n; i++) {
-            const int st = i & 1, key0 = i * WS_BLOCK_N;
-            const bool tail = key0 + WS_BLOCK_N > s.len_k;
-            if (lane == 0) {
-                /* Stage st's previous tile (i - 2) released by both consumers. */
-                const uint32_t was = ((i >> 1) + 1) & 1;
-                if (i >= 2) mbar_wait(k_empty + 8 * st, was);
-                mbar_arrive_expect_tx(k_full + 8 * st, WS_KV_TILE);
-                for (int cb = 0; cb < 2; cb++)
-                    tma_load_4d(sk + st * WS_KV_TILE + cb * WS_KV_BLOCK, &k_map, k_full + 8 * st,
-                                cb * 64, kv_y + key0, kv_h, kv_w);
-                if (i >= 2) mbar_wait(v_empty + 8 * st, was);
-                const uint32_t vbar = tail ? v_raw : v_full + 8 * st;
-                mbar_arrive_expect_tx(vbar, WS_KV_TILE);
-                for (int cb = 0; cb < 2; cb++)
-                    tma_load_4d(sv + st * WS_KV_TILE + cb * WS_KV_BLOCK, &v_map, vbar, cb * 64,
-                                kv_y + key0, kv_h, kv_w);
-            }
-            __syncwarp();
-            if (tail) {
-                /* The one tile reaching past the keys (the last): its rows
-                 * there to zeros before the consumers may read it. */
-                mbar_wait(v_raw, 0);
-                zero_tail_rows<WS_D, 32, WS_BLOCK_N>(sv + st * WS_KV_TILE, s.len_k - key0, lane);
-                fence_proxy_async();
-                __syncwarp();
-                if (lane == 0) mbar_arrive(v_full + 8 * st);
-            }
-        }
+        if (threadIdx.x < 32) ws_produce<CAUSAL>(a, &q_map, &k_map, &v_map);
         return;
     }
-
-    /* ---------------------------------------------------- consumers */
     setmaxnreg_inc<WS_CONSUMER_REGS>();
-    const int c = wg - 1, warp = (threadIdx.x >> 5) & 3, tq = lane & 3;
-    const uint32_t q_tile = sq + c * WS_Q_TILE;
-    const uint64_t q_desc = opaque(sw128_desc(q_tile, 16, 1024));
-    const uint64_t k_desc = opaque(sw128_desc(sk, 16, 1024));
-    const uint64_t v_desc = opaque(sw128_desc(sv, WS_KV_BLOCK, 1024));
-    const bool negate = a.scale_log2 < 0.0f;
-    const float scale = fabsf(a.scale_log2);
-    /* The last visible key of the thread's rows g and g + 8, and the least of
-     * the warpgroup's (a tile past it needs no mask). */
-    const int row_w = row0 + c * 64 + warp * 16, row_g = row_w + (lane >> 2);
-    int lim[2] = {s.len_k - 1, s.len_k - 1};
-    int lim_wg = s.len_k - 1;
-    if (CAUSAL) {
-        lim[0] = min(lim[0], row_g + off);
-        lim[1] = min(lim[1], row_g + 8 + off);
-        lim_wg = min(lim_wg, row0 + c * 64 + off);
-    }
-    auto needs_mask = [&](int key0) { return key0 + WS_BLOCK_N - 1 > lim_wg; };
-
-    float o[64], sc[64], m[2] = {-INFINITY, -INFINITY}, l[2], alpha[2], sum[2];
-    uint32_t p[8][4];
-#pragma unroll
-    for (int i = 0; i < 64; i++)
-        o[i] = sc[i] = 0.0f;
-
-    /* The second consumer lets the first issue first. */
-    if (c == 1) ws_turn_pass(c);
-    mbar_wait(q_full, 0);
-
-    /* Tile 0: S_0 and its softmax. */
-    mbar_wait(k_full, 0);
-    ws_turn_wait(c);
-    wgmma_fence();
-    ws_issue_scores<BF16>(sc, q_desc, k_desc);
-    wgmma_commit();
-    ws_turn_pass(c);
-    wgmma_wait<0>();
-    reg_fence(sc);
-    mbar_arrive(k_empty);
-    ws_sign_and_mask(sc, negate, needs_mask(0), 0, lim, tq);
-    softmax_tile<true>(sc, scale, m, alpha, sum);
-    l[0] = sum[0];
-    l[1] = sum[1];
-    pack_p<BF16>(p, sc);
-
-    for (int i = 1; i < n; i++) {
-        const int st = i & 1, key0 = i * WS_BLOCK_N;
-        /* K_i, and V_{i-1}, which the producer issued before it. */
-        mbar_wait(k_full + 8 * st, (i >> 1) & 1);
-        mbar_wait(v_full + 8 * (st ^ 1), ((i - 1) >> 1) & 1);
-        ws_turn_wait(c);
-        wgmma_fence();
-        ws_issue_scores<BF16>(sc, q_desc, desc_at(k_desc, st * WS_KV_TILE));
-        wgmma_commit();
-        ws_issue_pv<BF16>(o, p, desc_at(v_desc, (st ^ 1) * WS_KV_TILE));
-        wgmma_commit();
-        ws_turn_pass(c);
-        wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
-        reg_fence(sc);
-        mbar_arrive(k_empty + 8 * st);
-        if (ws_opaque_one()) {
-            ws_sign_and_mask(sc, negate, needs_mask(key0), key0, lim, tq);
-            softmax_tile<true>(sc, scale, m, alpha, sum);
-        }
-        wgmma_wait<0>(); /* O and P's registers are free from here on */
-        reg_fence(o);
-        mbar_arrive(v_empty + 8 * (st ^ 1));
-        rescale_o<WS_D>(o, alpha);
-        l[0] = l[0] * alpha[0] + sum[0];
-        l[1] = l[1] * alpha[1] + sum[1];
-        pack_p<BF16>(p, sc);
-    }
-
-    /* The last P V. The second consumer's hand-over would have no taker. */
-    const int st = (n - 1) & 1;
-    mbar_wait(v_full + 8 * st, ((n - 1) >> 1) & 1);
-    ws_turn_wait(c);
-    wgmma_fence();
-    ws_issue_pv<BF16>(o, p, desc_at(v_desc, st * WS_KV_TILE));
-    wgmma_commit();
-    if (c == 0) ws_turn_pass(c);
-    wgmma_wait<0>();
-    reg_fence(o);
-    /* Every warp of the warpgroup is past its last wgmma before the Q tile
-     * becomes the output's staging area. */
-    if (c == 0)
-        named_bar_sync<3, 128>();
-    else
-        named_bar_sync<4, 128>();
-    float lsum[2] = {quad_sum(l[0]), quad_sum(l[1])};
-    store_output<WS_D, BF16>(o, lsum, q_tile, &s, &a, row_w, warp * 16, lane);
+    ws_consume<BF16, CAUSAL>(a);
 }
 
 /* ---------------------------------------------------------------- host */
@@ -411,6 +583,6 @@ extern "C" stof_status attn_ws_sm90_run(const attn_launch *a, void *stream)
     STOF_TRY(encode_kv(&v_map, "v", a, a->v, a->v_sb, a->v_sh, a->v_sp, WS_BLOCK_N));
     void *args[4] = {(void *)a, (void *)&q_map, (void *)&k_map, (void *)&v_map};
     const int64_t row_blocks = (a->lq + WS_BLOCK_M - 1) / WS_BLOCK_M;
-    return attn_grid_launch(a, (const void *)v->fn, row_blocks, WS_BLOCK_M, 384, WS_SMEM,
-                            (cudaStream_t)stream, args);
+    return attn_persistent_launch(a, (const void *)v->fn, row_blocks, 384, WS_SMEM,
+                                  (cudaStream_t)stream, args);
 }
