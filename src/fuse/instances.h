@@ -31,11 +31,17 @@
  * each), block_k 64 (one 128-byte swizzle atom), warps_n 1. The 128x128 tile
  * with 3 stages leaves room for two CTAs per SM. The 64x64 tile is for a few
  * hundred rows: many CTAs, each with 12 stages, so that a K of 768 is one
- * pass of loads (its weights issued while the previous kernel runs). */
+ * pass of loads (its weights issued while the previous kernel runs).
+ * block_m 64 with warps_m 2 is the ping-pong schedule: two warpgroups take
+ * whole 64x256 tiles in turns, one's epilogue under the other's main loop
+ * (5 stages of 40 KB fill the SM's shared memory). */
 #define FUSE_GEMM_SM90_INSTANCES(X)                                                                \
     X(128, 256, 64, 2, 1, 4)                                                                       \
     X(128, 128, 64, 2, 1, 3)                                                                       \
+    FUSE_GEMM_SM90_PINGPONG(X)                                                                     \
     FUSE_GEMM_SM90_SMALL(X)
+/* The ping-pong tile, which fuse_config_sm90_pingpong names. */
+#define FUSE_GEMM_SM90_PINGPONG(X) X(64, 256, 64, 2, 1, 5)
 /* The 64x64 tile, which fuse_config_sm90_small names. */
 #define FUSE_GEMM_SM90_SMALL(X) X(64, 64, 64, 1, 1, 12)
 
