@@ -396,8 +396,9 @@ static void bench_glu_shape(stof_ctx *ctx, fuse_ws ws, const char *model, int64_
             c.choice.config = fuse_config_sm90_glu(T, 2 * inter, hidden, ctx->sm_count,
                                                    ctx->smem_per_block_optin);
             if (c.choice.config.tpl == FUSE_TPL_NONE) continue;
-            snprintf(name, sizeof name, "gemm_sm90 glu rule %dx%d", c.choice.config.block_m,
-                     c.choice.config.block_n);
+            char rule[80];
+            fuse_config_format(&c.choice.config, rule, sizeof rule);
+            snprintf(name, sizeof name, "glu rule: %s", rule);
         }
         if (fuse_config_check_shape(&c.choice.config, T, 2 * inter, hidden,
                                     ctx->smem_per_block_optin) != STOF_OK) {

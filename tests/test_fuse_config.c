@@ -108,15 +108,17 @@ static void test_validation(void)
     CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
     CHECK(message_has("columns only"), "message: %s", stof_last_error());
 
-    /* Hopper rules: 64 rows per consumer warpgroup (or 64-row tiles for two
-     * ping-pong warpgroups), warps_n 1, block_k 64, block_n a multiple of 64;
-     * the instances carry the tiles the brief names */
+    /* Hopper rules: 64 rows per consumer warpgroup with warps_n 1 (or whole
+     * tiles of up to 128 accumulators a thread for two ping-pong warpgroups,
+     * warps_m 1 and warps_n 2), block_k 64, block_n a multiple of 64; the
+     * instances carry the tiles the brief names */
     const fuse_config *sm90 = fuse_config_list(FUSE_TPL_GEMM_SM90, &n);
-    CHECK(n >= 2 && n <= 4, "gemm_sm90 has %d instances", n);
+    CHECK(n >= 2 && n <= 5, "gemm_sm90 has %d instances", n);
     bool has_256 = false, has_128 = false, has_pingpong = false;
     for (int i = 0; i < n; i++) {
-        const bool pingpong = sm90[i].block_m == 64 && sm90[i].warps_m == 2;
-        CHECK((sm90[i].block_m == 64 * sm90[i].warps_m || pingpong) && sm90[i].warps_n == 1 &&
+        const bool pingpong = sm90[i].warps_m == 1 && sm90[i].warps_n == 2 &&
+                              sm90[i].block_m / 64 * sm90[i].block_n <= 256;
+        CHECK(((sm90[i].block_m == 64 * sm90[i].warps_m && sm90[i].warps_n == 1) || pingpong) &&
                   sm90[i].block_k == 64 && sm90[i].block_n % 64 == 0,
               "gemm_sm90 instance %d breaks its own rules", i);
         has_256 |= sm90[i].block_m == 128 && sm90[i].block_n == 256;

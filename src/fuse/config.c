@@ -129,14 +129,18 @@ static stof_status check_structure(const fuse_config *c)
                      c->block_n, c->block_k);
     }
     if (c->tpl == FUSE_TPL_GEMM_SM90) {
-        /* a consumer warpgroup per 64 rows (wgmma's m64), or two taking
-         * 64-row tiles in turns (ping-pong); K slices of one 128-byte
-         * swizzle atom, wgmma n up to 256 */
-        bool pingpong = c->block_m == 64 && c->warps_m == 2;
-        STOF_REQUIRE((c->block_m == 64 * c->warps_m || pingpong) && c->warps_n == 1,
+        /* a consumer warpgroup per 64 rows of a tile (wgmma's m64), or two
+         * taking whole tiles in turns (ping-pong) with at most 128
+         * accumulators a thread; K slices of one 128-byte swizzle atom,
+         * wgmma n up to 256 */
+        bool pingpong = c->warps_m == 1 && c->warps_n == 2 &&
+                        (c->block_m == 64 || c->block_m == 128) &&
+                        c->block_m / 64 * c->block_n <= 256;
+        STOF_REQUIRE((c->block_m == 64 * c->warps_m && c->warps_n == 1) || pingpong,
                      STOF_ERR_INVALID_ARG,
-                     "fuse config %s: block_m %d must be 64 x warps_m (%d consumer warpgroups), "
-                     "or 64 for two ping-pong warpgroups, with warps_n 1 (got %d)",
+                     "fuse config %s: block_m %d must be 64 x warps_m (%d consumer warpgroups) "
+                     "with warps_n 1 (got %d), or a ping-pong 64x256 or 128x128 tile with warps_m "
+                     "1 and warps_n 2",
                      name, c->block_m, c->warps_m, c->warps_n);
         STOF_REQUIRE(c->block_k == 64, STOF_ERR_INVALID_ARG,
                      "fuse config %s: block_k %d is not 64 (one 128-byte swizzle atom)", name,
@@ -260,22 +264,25 @@ fuse_config fuse_config_sm90_small(void)
 }
 
 /*
- * Rows from which a GLU up projection runs the ping-pong tile instead of
- * fuse_config_default's cooperative 128x256 (INT64_MAX: never). The GLU
- * epilogue (act(a) * b, exact GELU some 25 instructions an element) leaves
- * the tensor cores idle for about a quarter of a 128x256 tile at K = 768;
- * ping-pong runs it under the other warpgroup's main loop but loads 2.5
- * rather than 1.5 bytes per output and K step. Which wins is measured by
- * bench_fuse --glu (the two configs' rows at 4096 .. 24000 tokens).
+ * Rows from which a GLU up projection runs a ping-pong tile instead of fuse_config_default's cooperative 128x256 (INT64_MAX:
+ * never). The GLU epilogue (act(a) * b, exact GELU some 25 instructions an
+ * element) leaves the tensor cores idle for about a quarter of a 128x256
+ * tile at K = 768; ping-pong runs it under the other warpgroup's main loop
+ * but loads 2 (128x128) or 2.5 (64x256) bytes per output and K step rather
+ * than 1.5. Which wins is measured by bench_fuse --glu (the configs' rows
+ * at 4096 .. 23923 tokens).
  */
 #define SM90_GLU_PINGPONG_ROWS INT64_MAX
+/* Which ping-pong tile (FUSE_GEMM_SM90_PINGPONG): 0 128x128, 1 64x256. */
+#define SM90_GLU_PINGPONG_TILE 0
 
 fuse_config fuse_config_sm90_glu(int64_t m, int n, int k, int sm_count, size_t smem_limit)
 {
     static const fuse_config pingpong[] = {FUSE_GEMM_SM90_PINGPONG(ROW_SM90)};
     if (m >= SM90_GLU_PINGPONG_ROWS &&
-        fuse_config_check_shape(&pingpong[0], m, n, k, smem_limit) == STOF_OK)
-        return pingpong[0];
+        fuse_config_check_shape(&pingpong[SM90_GLU_PINGPONG_TILE], m, n, k, smem_limit) ==
+            STOF_OK)
+        return pingpong[SM90_GLU_PINGPONG_TILE];
     stof_clear_error(); /* a refused shape falls back to the default rule */
     return fuse_config_default(FUSE_TPL_GEMM_SM90, m, n, k, sm_count, smem_limit);
 }
