@@ -430,8 +430,8 @@ static void bench_glu(stof_ctx *ctx, fuse_ws ws, stof_dtype dt)
         void *w = glu_weights(ctx, dt, I, H);
         void *both = dev_alloc((size_t)t_max * 2 * I * 2), *y = dev_alloc((size_t)t_max * I * 2);
         for (size_t ti = 0; ti < sizeof tokens / sizeof tokens[0]; ti++)
-            bench_glu_shape(ctx, ws, models[mi].name, tokens[ti], H, I, models[mi].act, x, w,
-                            both, y, dt);
+            bench_glu_shape(ctx, ws, models[mi].name, tokens[ti], H, I, models[mi].act, x, w, both,
+                            y, dt);
         cudaFree(x), cudaFree(w), cudaFree(both), cudaFree(y);
     }
 }

@@ -264,26 +264,27 @@ fuse_config fuse_config_sm90_small(void)
 }
 
 /*
- * Rows from which a GLU up projection runs a ping-pong tile instead of fuse_config_default's cooperative 128x256 (INT64_MAX:
- * never). The GLU epilogue (act(a) * b, exact GELU some 25 instructions an
- * element) leaves the tensor cores idle for about a quarter of a 128x256
- * tile at K = 768; ping-pong runs it under the other warpgroup's main loop
- * but loads 2 (128x128) or 2.5 (64x256) bytes per output and K step rather
- * than 1.5. Which wins is measured by bench_fuse --glu (the configs' rows
- * at 4096 .. 23923 tokens).
+ * The GLU rule, in one place to flip once measured: from SM90_GLU_ROWS rows
+ * on a GLU up projection runs SM90_GLU_TILE (any compiled gemm_sm90 config:
+ * block_m, block_n, block_k, warps_m, warps_n, stages) instead of
+ * fuse_config_default's cooperative 128x256; INT64_MAX: never. The GLU
+ * epilogue (act(a) * b, exact GELU some 25 instructions an element) leaves
+ * the tensor cores idle for about a quarter of a 128x256 tile at K = 768.
+ * The ping-pong tiles run it under the other warpgroup's main loop, and the
+ * two-CTA 128x128 under the other CTA's, but they load 2 (128x128) or 2.5
+ * (64x256) bytes per output and K step rather than 1.5. Which wins is
+ * measured by bench_fuse --glu (every config's row at 4096 .. 23923 tokens).
  */
-#define SM90_GLU_PINGPONG_ROWS INT64_MAX
-/* Which ping-pong tile (FUSE_GEMM_SM90_PINGPONG): 0 128x128, 1 64x256. */
-#define SM90_GLU_PINGPONG_TILE 0
+#define SM90_GLU_ROWS INT64_MAX
+#define SM90_GLU_TILE 128, 128, 64, 1, 2, 7
 
 fuse_config fuse_config_sm90_glu(int64_t m, int n, int k, int sm_count, size_t smem_limit)
 {
-    static const fuse_config pingpong[] = {FUSE_GEMM_SM90_PINGPONG(ROW_SM90)};
-    if (m >= SM90_GLU_PINGPONG_ROWS &&
-        fuse_config_check_shape(&pingpong[SM90_GLU_PINGPONG_TILE], m, n, k, smem_limit) ==
-            STOF_OK)
-        return pingpong[SM90_GLU_PINGPONG_TILE];
-    stof_clear_error(); /* a refused shape falls back to the default rule */
+    const fuse_config glu = {FUSE_TPL_GEMM_SM90, SM90_GLU_TILE};
+    if (m >= SM90_GLU_ROWS && fuse_config_check(&glu) == STOF_OK &&
+        fuse_config_check_shape(&glu, m, n, k, smem_limit) == STOF_OK)
+        return glu;
+    stof_clear_error(); /* a refused config falls back to the default rule */
     return fuse_config_default(FUSE_TPL_GEMM_SM90, m, n, k, sm_count, smem_limit);
 }
 

@@ -101,7 +101,7 @@ template <int BM_, int BN, int WM, int WN, int STAGES> struct sm90_traits {
     static constexpr int BM = BM_;
     static constexpr int WG = WM * WN; /* consumer warpgroups */
     static constexpr bool PINGPONG = WN == 2;
-    static constexpr int MW = BM / (64 * WM); /* 64-row blocks per warpgroup and tile */
+    static constexpr int MW = BM / (64 * WM);     /* 64-row blocks per warpgroup and tile */
     static constexpr uint32_t A_BYTES = BM * 128; /* a stage of x: BM rows of 64 elements */
     static constexpr uint32_t B_BYTES = BN * 128; /* a stage of w: BN rows */
     static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
@@ -477,8 +477,8 @@ __global__ void __launch_bounds__(sm90_traits<BM, BN, WM, WN, STAGES>::THREADS,
     for (int item = sm90_next_live<G::BM>(blockIdx.x, items, tiles, tiles_m, tiles_n, live_rows),
              next;
          item < items; item = next, turn++) {
-        next = sm90_next_live<G::BM>(item + (int)gridDim.x, items, tiles, tiles_m, tiles_n,
-                                     live_rows);
+        next =
+            sm90_next_live<G::BM>(item + (int)gridDim.x, items, tiles, tiles_m, tiles_n, live_rows);
         if constexpr (G::PINGPONG) {
             if ((turn & 1) != wg) {
                 ring_advance<STAGES>(stage, phase, ktiles);

@@ -39,10 +39,9 @@
 #define FUSE_GEMM_SM90_INSTANCES(X)                                                                \
     X(128, 256, 64, 2, 1, 4)                                                                       \
     X(128, 128, 64, 2, 1, 3)                                                                       \
-    FUSE_GEMM_SM90_PINGPONG(X)                                                                     \
+    X(128, 128, 64, 1, 2, 7)                                                                       \
+    X(64, 256, 64, 1, 2, 5)                                                                        \
     FUSE_GEMM_SM90_SMALL(X)
-/* The ping-pong tiles; fuse_config_sm90_glu names the first. */
-#define FUSE_GEMM_SM90_PINGPONG(X) X(128, 128, 64, 1, 2, 7) X(64, 256, 64, 1, 2, 5)
 /* The 64x64 tile, which fuse_config_sm90_small names. */
 #define FUSE_GEMM_SM90_SMALL(X) X(64, 64, 64, 1, 1, 12)
 
