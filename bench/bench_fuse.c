@@ -13,7 +13,17 @@
  * token counts up to 2048 ("MISMATCH" beyond a relative 2e-2). QKV and FFN1
  * also run the Hopper template (gemm_sm90) where the device has it.
  *
- * usage: bench_fuse [--quick] [--bf16] [--max-tokens N]   exits 77 without a GPU
+ * --glu instead times a GLU up projection y = act(a) * b, [m, 2 inter] of
+ * GEMM with the halves interleaved as the engine uploads them
+ * (fuse_glu_upload), no bias: ModernBERT-base (768 -> 2 x 1152, exact GELU)
+ * and LLaMA-3.2-1B (2048 -> 2 x 8192, SiLU) at 4096, 16384 and 23923 tokens
+ * (ModernBERT-base's (16, 2048) batch). First the plain cuBLASLt GEMM of the
+ * [m, 2 inter] output, the speed of light the ratios are against; then the
+ * unfused path (that GEMM, then fuse_glu); then every gemm_sm90 config with
+ * the GLU in its epilogue and the config the GLU rule picks
+ * (fuse_config_sm90_glu), each output compared with the unfused path's.
+ *
+ * usage: bench_fuse [--quick] [--bf16] [--max-tokens N] [--glu]   exits 77 without a GPU
  */
 #include "fuse/fuse.h"
 
@@ -23,7 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum seg_kind { SEG_LINEAR_ACT, SEG_LINEAR_LN, SEG_FFN } seg_kind;
+/* SEG_LT_GLU: the linear (no glu) into lin.y, then fuse_glu of it into glu_y. */
+typedef enum seg_kind { SEG_LINEAR_ACT, SEG_LINEAR_LN, SEG_FFN, SEG_LT_GLU } seg_kind;
 
 typedef struct bench_case {
     stof_ctx *ctx;
@@ -32,6 +43,8 @@ typedef struct bench_case {
     fuse_linear_args lin;
     fuse_ffn_args ffn;
     fuse_ws ws;
+    stof_act glu_act;
+    void *glu_y;
 } bench_case;
 
 static stof_status run_case(const bench_case *c)
@@ -40,6 +53,12 @@ static stof_status run_case(const bench_case *c)
     case SEG_LINEAR_ACT: return fuse_linear_act(c->ctx, &c->choice, &c->lin, c->ws);
     case SEG_LINEAR_LN: return fuse_linear_res_ln(c->ctx, &c->choice, &c->lin, c->ws);
     case SEG_FFN: return fuse_ffn(c->ctx, &c->choice, &c->ffn, c->ws);
+    case SEG_LT_GLU: {
+        stof_status st = fuse_linear_act(c->ctx, &c->choice, &c->lin, c->ws);
+        if (st != STOF_OK) return st;
+        return fuse_glu(c->ctx, c->lin.dtype, c->lin.m, c->lin.n / 2, c->lin.y, c->glu_act,
+                        c->glu_y);
+    }
     }
     return STOF_ERR_INTERNAL;
 }
@@ -305,9 +324,121 @@ static void bench_segment(stof_ctx *ctx, fuse_ws ws, const char *model, const ch
         bench_configs(ctx, c, &lt, base_ms, model, seg, extra, true, flops, out_elems, tokens);
 }
 
+/* ---------------------------------------------------------------- --glu */
+
+/* Random [2 inter, k] weights in the interleaved GLU layout on the device. */
+static void *glu_weights(stof_ctx *ctx, stof_dtype dt, int inter, int k)
+{
+    int64_t n = 2 * (int64_t)inter * k;
+    uint16_t *h = malloc((size_t)n * 2);
+    if (!h) exit(1);
+    const float scale = 1.f / sqrtf((float)k);
+    for (int64_t i = 0; i < n; i++) {
+        float v = rng_uniform(-scale, scale);
+        h[i] = dt == STOF_BF16 ? stof_f32_to_bf16(v) : stof_f32_to_f16(v);
+    }
+    void *d = dev_alloc((size_t)n * 2);
+    if (fuse_glu_upload(ctx, d, h, inter, (size_t)k * 2) != STOF_OK) {
+        fprintf(stderr, "bench_fuse: %s\n", stof_last_error());
+        exit(1);
+    }
+    free(h);
+    return d;
+}
+
+/* One GLU shape: the plain GEMM (speed of light), the unfused path, then
+ * every gemm_sm90 config with the GLU epilogue and the GLU rule's config. */
+static void bench_glu_shape(stof_ctx *ctx, fuse_ws ws, const char *model, int64_t T, int hidden,
+                            int inter, stof_act act, const void *x, const void *w, void *both,
+                            void *y, stof_dtype dt)
+{
+    const double flops = 2.0 * T * 2 * inter * hidden;
+    const char *seg = act == ACT_SILU ? "ffn1+swiglu" : "ffn1+geglu";
+    bench_case c;
+    memset(&c, 0, sizeof c);
+    c.ctx = ctx;
+    c.ws = ws;
+    c.kind = SEG_LINEAR_ACT;
+    c.choice.path = FUSE_PATH_CUBLASLT;
+    c.lin.dtype = dt;
+    c.lin.m = T;
+    c.lin.n = 2 * inter;
+    c.lin.k = hidden;
+    c.lin.x = x;
+    c.lin.w = w;
+    c.lin.act = ACT_NONE;
+    c.lin.y = both;
+    c.lin.w_ready = true;
+    double sol_ms = time_case(&c);
+    report_case(model, T, seg, "cublaslt gemm [m, 2 inter] (sol)", sol_ms, sol_ms, flops, "");
+
+    bench_case unfused = c;
+    unfused.kind = SEG_LT_GLU;
+    unfused.glu_act = act;
+    unfused.glu_y = y;
+    double unfused_ms = time_case(&unfused);
+    if (unfused_ms >= 0)
+        report_case(model, T, seg, "cublaslt + fuse_glu", unfused_ms, sol_ms, flops, "");
+
+    if (!fuse_sm90_available(ctx)) return;
+    c.choice.path = FUSE_PATH_STOF;
+    c.lin.glu = true;
+    c.lin.act = act;
+    c.lin.y = y;
+    int count = 0;
+    const fuse_config *list = fuse_config_list(FUSE_TPL_GEMM_SM90, &count);
+    for (int i = 0; i <= count; i++) {
+        char name[96];
+        if (i < count) {
+            c.choice.config = list[i];
+            fuse_config_format(&list[i], name, sizeof name);
+        } else {
+            c.choice.config = fuse_config_sm90_glu(T, 2 * inter, hidden, ctx->sm_count,
+                                                   ctx->smem_per_block_optin);
+            if (c.choice.config.tpl == FUSE_TPL_NONE) continue;
+            char rule[80];
+            fuse_config_format(&c.choice.config, rule, sizeof rule);
+            snprintf(name, sizeof name, "glu rule: %s", rule);
+        }
+        if (fuse_config_check_shape(&c.choice.config, T, 2 * inter, hidden,
+                                    ctx->smem_per_block_optin) != STOF_OK) {
+            printf("%-10s T=%-6lld %-10s %-34s (does not fit: %s)\n", model, (long long)T, seg,
+                   name, stof_last_error());
+            continue;
+        }
+        double ms = time_case(&c);
+        if (ms < 0) continue;
+        report_case(model, T, seg, name, ms, sol_ms, flops,
+                    cross_check(&c, &unfused, y, T * inter, c.lin.dtype));
+    }
+}
+
+/* --glu: ModernBERT-base's and LLaMA-3.2-1B's GLU up projections. */
+static void bench_glu(stof_ctx *ctx, fuse_ws ws, stof_dtype dt)
+{
+    static const struct {
+        const char *name;
+        int hidden, inter;
+        stof_act act;
+    } models[] = {{"modernbert", 768, 1152, ACT_GELU}, {"llama-1b", 2048, 8192, ACT_SILU}};
+    static const int64_t tokens[] = {4096, 16384, 23923};
+    const int64_t t_max = tokens[2];
+    printf("--glu: ratios against the plain cuBLASLt GEMM of the same [m, 2 inter] output\n");
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+        const int H = models[mi].hidden, I = models[mi].inter;
+        void *x = dev_random(dt, t_max * H, 1.f);
+        void *w = glu_weights(ctx, dt, I, H);
+        void *both = dev_alloc((size_t)t_max * 2 * I * 2), *y = dev_alloc((size_t)t_max * I * 2);
+        for (size_t ti = 0; ti < sizeof tokens / sizeof tokens[0]; ti++)
+            bench_glu_shape(ctx, ws, models[mi].name, tokens[ti], H, I, models[mi].act, x, w, both,
+                            y, dt);
+        cudaFree(x), cudaFree(w), cudaFree(both), cudaFree(y);
+    }
+}
+
 int main(int argc, char **argv)
 {
-    bool quick = false;
+    bool quick = false, glu = false;
     stof_dtype dt = STOF_F16;
     long long max_tokens = 0;
     for (int i = 1; i < argc; i++) {
@@ -316,11 +447,13 @@ int main(int argc, char **argv)
             quick = true;
         else if (!strcmp(argv[i], "--bf16"))
             dt = STOF_BF16;
+        else if (!strcmp(argv[i], "--glu"))
+            glu = true;
         else if (!strcmp(argv[i], "--max-tokens") && i + 1 < argc &&
                  (max_tokens = strtoll(argv[i + 1], &end, 10)) > 0 && *end == '\0')
             i++;
         else {
-            fprintf(stderr, "usage: bench_fuse [--quick] [--bf16] [--max-tokens N]\n");
+            fprintf(stderr, "usage: bench_fuse [--quick] [--bf16] [--max-tokens N] [--glu]\n");
             return 2;
         }
     }
@@ -347,6 +480,11 @@ int main(int argc, char **argv)
         printf("gemm_sm90 skipped: it runs on compute capability 9.0 in builds with sm_90a "
                "kernels (this device is %d.%d)\n",
                ctx->cc_major, ctx->cc_minor);
+    if (glu) {
+        bench_glu(ctx, ws, dt);
+        stof_ctx_destroy(ctx);
+        return 0;
+    }
 
     const int64_t all_tokens[] = {64, 128, 256, 512, 2048, 8192, 16384};
     const int64_t quick_tokens[] = {128, 2048};

@@ -108,26 +108,39 @@ static void test_validation(void)
     CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
     CHECK(message_has("columns only"), "message: %s", stof_last_error());
 
-    /* Hopper rules: 64 rows per consumer warpgroup, warps_n 1, block_k 64,
-     * block_n a multiple of 64; the instances carry the tiles the brief names */
+    /* Hopper rules: 64 rows per consumer warpgroup with warps_n 1 (or whole
+     * tiles of up to 128 accumulators a thread for two ping-pong warpgroups,
+     * warps_m 1 and warps_n 2), block_k 64, block_n a multiple of 64; the
+     * instances carry the tiles the brief names */
     const fuse_config *sm90 = fuse_config_list(FUSE_TPL_GEMM_SM90, &n);
-    CHECK(n >= 2 && n <= 3, "gemm_sm90 has %d instances", n);
-    bool has_256 = false, has_128 = false;
+    CHECK(n >= 2 && n <= 5, "gemm_sm90 has %d instances", n);
+    bool has_256 = false, has_128 = false, has_pingpong = false;
     for (int i = 0; i < n; i++) {
-        CHECK(sm90[i].block_m == 64 * sm90[i].warps_m && sm90[i].warps_n == 1 &&
+        const bool pingpong = sm90[i].warps_m == 1 && sm90[i].warps_n == 2 &&
+                              sm90[i].block_m / 64 * sm90[i].block_n <= 256;
+        CHECK(((sm90[i].block_m == 64 * sm90[i].warps_m && sm90[i].warps_n == 1) || pingpong) &&
                   sm90[i].block_k == 64 && sm90[i].block_n % 64 == 0,
               "gemm_sm90 instance %d breaks its own rules", i);
         has_256 |= sm90[i].block_m == 128 && sm90[i].block_n == 256;
         has_128 |= sm90[i].block_m == 128 && sm90[i].block_n == 128;
+        has_pingpong |= pingpong;
     }
-    CHECK(has_256 && has_128, "gemm_sm90 lacks 128x256 or 128x128");
+    CHECK(has_256 && has_128 && has_pingpong, "gemm_sm90 lacks 128x256, 128x128 or ping-pong");
+    /* the GLU rule gives a gemm_sm90 config that fits, and the default below
+     * the ping-pong threshold's rows */
+    fuse_config glu = fuse_config_sm90_glu(128, 2304, 768, 132, 227 * 1024);
+    fuse_config def = fuse_config_default(FUSE_TPL_GEMM_SM90, 128, 2304, 768, 132, 227 * 1024);
+    CHECK(fuse_config_equal(&glu, &def), "GLU rule at 128 rows is not the default");
+    glu = fuse_config_sm90_glu(24000, 2304, 768, 132, 227 * 1024);
+    CHECK(glu.tpl == FUSE_TPL_GEMM_SM90 && fuse_config_check(&glu) == STOF_OK,
+          "GLU rule at 24000 rows gives no gemm_sm90 config");
     const fuse_config sm = sm90[0];
     c = sm;
     c.warps_m = 1; /* 128 rows for one warpgroup */
     CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
     CHECK(message_has("64 x warps_m"), "message: %s", stof_last_error());
     c = sm;
-    c.block_m = 64; /* 64 rows for two warpgroups */
+    c.block_m = 192; /* 192 rows for two warpgroups */
     CHECK_STATUS(fuse_config_check(&c), STOF_ERR_INVALID_ARG);
     CHECK(message_has("64 x warps_m"), "message: %s", stof_last_error());
     c = sm;

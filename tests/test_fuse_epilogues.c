@@ -35,12 +35,15 @@ float *fuse_test_grid(test_rng *r, int64_t n, float lo, float hi);
 
 static const stof_dtype dtypes[] = {STOF_F16, STOF_BF16};
 
-/* (m, n or inter, k): ragged against every tile; inter a multiple of 8. */
+/* (m, n or inter, k): ragged against every tile; inter a multiple of 8. The
+ * last has enough 64-row tiles that each persistent CTA runs several, both
+ * ping-pong warpgroups in turn. */
 static const struct {
     int64_t m;
     int n, k;
-} shapes[] = {{1, 8, 8},       {7, 24, 40},       {77, 136, 72},   {333, 200, 264},
-              {130, 72, 1000}, {1000, 1152, 768}, {4099, 40, 136}, {2000, 328, 520}};
+} shapes[] = {{1, 8, 8},       {7, 24, 40},      {77, 136, 72},
+              {333, 200, 264}, {130, 72, 1000},  {1000, 1152, 768},
+              {4099, 40, 136}, {2000, 328, 520}, {4099, 520, 72}};
 
 static double tolerance(stof_dtype dt)
 {

@@ -711,7 +711,12 @@ static void test_sm90_live_rows(stof_ctx *ctx, fuse_ws ws, test_rng *r)
     void *y = fuse_test_alloc((size_t)t * I * 2);
     int count = 0;
     const fuse_config *list = fuse_config_list(FUSE_TPL_GEMM_SM90, &count);
-    const fuse_config cfgs[2] = {fuse_config_sm90_small(), list[0]};
+    /* the small tile, the first (cooperative) and the ping-pong ones */
+    fuse_config cfgs[4] = {fuse_config_sm90_small(), list[0]};
+    int ncfg = 2;
+    for (int i = 0; i < count && ncfg < 4; i++)
+        if (list[i].warps_n == 2) cfgs[ncfg++] = list[i];
+    CHECK(ncfg == 4, "gemm_sm90 has %d ping-pong configs, not 2", ncfg - 2);
     static const int32_t values[] = {0, 1, 20, 64, 65, 100, 128};
     for (int di = 0; di < 2; di++) {
         stof_dtype dt = dtypes[di];
@@ -726,7 +731,7 @@ static void test_sm90_live_rows(stof_ctx *ctx, fuse_ws ws, test_rng *r)
             a.live_rows = live;
             a.w_ready = vi % 2 == 1;
             char name[96], label[240];
-            for (int ci = 0; ci < 2; ci++) { /* x w1^T + b1 */
+            for (int ci = 0; ci < ncfg; ci++) { /* x w1^T + b1 */
                 a.n = I, a.k = H, a.x = d.x, a.w = d.w1, a.bias = d.b1, a.act = ACT_NONE;
                 a.y = y;
                 fuse_config_format(&cfgs[ci], name, sizeof name);

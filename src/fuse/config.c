@@ -129,11 +129,18 @@ static stof_status check_structure(const fuse_config *c)
                      c->block_n, c->block_k);
     }
     if (c->tpl == FUSE_TPL_GEMM_SM90) {
-        /* a consumer warpgroup per 64 rows (wgmma's m64), K slices of one
-         * 128-byte swizzle atom, wgmma n up to 256 */
-        STOF_REQUIRE(c->block_m == 64 * c->warps_m && c->warps_n == 1, STOF_ERR_INVALID_ARG,
+        /* a consumer warpgroup per 64 rows of a tile (wgmma's m64), or two
+         * taking whole tiles in turns (ping-pong) with at most 128
+         * accumulators a thread; K slices of one 128-byte swizzle atom,
+         * wgmma n up to 256 */
+        bool pingpong = c->warps_m == 1 && c->warps_n == 2 &&
+                        (c->block_m == 64 || c->block_m == 128) &&
+                        c->block_m / 64 * c->block_n <= 256;
+        STOF_REQUIRE((c->block_m == 64 * c->warps_m && c->warps_n == 1) || pingpong,
+                     STOF_ERR_INVALID_ARG,
                      "fuse config %s: block_m %d must be 64 x warps_m (%d consumer warpgroups) "
-                     "with warps_n 1 (got %d)",
+                     "with warps_n 1 (got %d), or a ping-pong 64x256 or 128x128 tile with warps_m "
+                     "1 and warps_n 2",
                      name, c->block_m, c->warps_m, c->warps_n);
         STOF_REQUIRE(c->block_k == 64, STOF_ERR_INVALID_ARG,
                      "fuse config %s: block_k %d is not 64 (one 128-byte swizzle atom)", name,
@@ -254,6 +261,31 @@ fuse_config fuse_config_sm90_small(void)
 {
     static const fuse_config small[] = {FUSE_GEMM_SM90_SMALL(ROW_SM90)};
     return small[0];
+}
+
+/*
+ * The GLU rule, in one place to flip once measured: from SM90_GLU_ROWS rows
+ * on a GLU up projection runs SM90_GLU_TILE (any compiled gemm_sm90 config:
+ * block_m, block_n, block_k, warps_m, warps_n, stages) instead of
+ * fuse_config_default's cooperative 128x256; INT64_MAX: never. The GLU
+ * epilogue (act(a) * b, exact GELU some 25 instructions an element) leaves
+ * the tensor cores idle for about a quarter of a 128x256 tile at K = 768.
+ * The ping-pong tiles run it under the other warpgroup's main loop, and the
+ * two-CTA 128x128 under the other CTA's, but they load 2 (128x128) or 2.5
+ * (64x256) bytes per output and K step rather than 1.5. Which wins is
+ * measured by bench_fuse --glu (every config's row at 4096 .. 23923 tokens).
+ */
+#define SM90_GLU_ROWS INT64_MAX
+#define SM90_GLU_TILE 128, 128, 64, 1, 2, 7
+
+fuse_config fuse_config_sm90_glu(int64_t m, int n, int k, int sm_count, size_t smem_limit)
+{
+    const fuse_config glu = {FUSE_TPL_GEMM_SM90, SM90_GLU_TILE};
+    if (m >= SM90_GLU_ROWS && fuse_config_check(&glu) == STOF_OK &&
+        fuse_config_check_shape(&glu, m, n, k, smem_limit) == STOF_OK)
+        return glu;
+    stof_clear_error(); /* a refused config falls back to the default rule */
+    return fuse_config_default(FUSE_TPL_GEMM_SM90, m, n, k, sm_count, smem_limit);
 }
 
 static int64_t config_ctas(const fuse_config *c, int64_t m, int n)

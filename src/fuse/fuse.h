@@ -266,6 +266,11 @@ int fuse_lt_split_rule(int64_t m, int n, int k, size_t ws_bytes);
 int fuse_sm90_small_rule(int64_t m, int n, int k, bool residual, int sm_count, size_t ws_bytes);
 /* The gemm_sm90 config fuse_sm90_small_rule is about. */
 fuse_config fuse_config_sm90_small(void);
+/* The gemm_sm90 config of a GLU up projection (fuse_linear_args.glu) of m
+ * rows, n = 2 inter outputs and k inputs: config.c's SM90_GLU_TILE from
+ * SM90_GLU_ROWS rows on, else fuse_config_default's; tpl NONE when neither
+ * fits. */
+fuse_config fuse_config_sm90_glu(int64_t m, int n, int k, int sm_count, size_t smem_limit);
 /* Number of cached cuBLASLt plans (for tests). */
 int fuse_lt_cached_plans(const stof_ctx *ctx);
 

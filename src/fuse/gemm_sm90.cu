@@ -37,7 +37,17 @@
  * one's epilogue overlaps the other's main loop, with a single producer warp
  * so that both fit in the register file.
  *
- * A third shape serves a few hundred rows (the encoder's small batches): a
+ * A third schedule keeps one CTA per SM and overlaps within it (ping-pong,
+ * as CUTLASS's Hopper pingpong GEMM): two consumer warpgroups each own whole
+ * tiles (64x256, or 128x128 as two m64 blocks), the CTA's tiles taken in
+ * turns, and the producer fills one ring for both in turn order. A named
+ * barrier per warpgroup orders the main loops, so one warpgroup's epilogue
+ * runs while the other's MMAs do (the GLU epilogue with exact GELU is about
+ * a quarter of a 128x256 tile at K = 768). It loads 2.5 (64x256) or 2
+ * (128x128) bytes per output and K step against the 128x256 tile's 1.5;
+ * which wins is bench_fuse --glu's to say (config.c's GLU rule).
+ *
+ * A last shape serves a few hundred rows (the encoder's small batches): a
  * 64x64 tile, one consumer warpgroup and 12 stages, so that a K of 768 is
  * one pass of loads and a BERT-base GEMM of 128 rows is one wave of 72-96
  * CTAs. The kernel is launched with PDL; when the caller vouches that w was
@@ -83,10 +93,15 @@
 
 #define SM90_GROUP_M 8 /* row blocks per column sweep of the tile order */
 
-/* Compile-time constants of one configuration: WG consumer warpgroups of 64
- * rows, BN columns, STAGES pipeline stages. */
-template <int BN, int WG, int STAGES> struct sm90_traits {
-    static constexpr int BM = 64 * WG;
+/* Compile-time constants of one configuration: a BM x BN tile, STAGES
+ * pipeline stages. Cooperative (WN 1): WM consumer warpgroups share each
+ * tile, 64 rows each (BM = 64 WM). Ping-pong (WM 1, WN 2): two consumer
+ * warpgroups each own whole tiles in turns, MW = BM / 64 blocks of 64 rows. */
+template <int BM_, int BN, int WM, int WN, int STAGES> struct sm90_traits {
+    static constexpr int BM = BM_;
+    static constexpr int WG = WM * WN; /* consumer warpgroups */
+    static constexpr bool PINGPONG = WN == 2;
+    static constexpr int MW = BM / (64 * WM);     /* 64-row blocks per warpgroup and tile */
     static constexpr uint32_t A_BYTES = BM * 128; /* a stage of x: BM rows of 64 elements */
     static constexpr uint32_t B_BYTES = BN * 128; /* a stage of w: BN rows */
     static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
@@ -111,6 +126,9 @@ template <int BN, int WG, int STAGES> struct sm90_traits {
     static constexpr int CONSUMER_REGS = CONSUMER_REGS_FIT > 256 ? 256 : CONSUMER_REGS_FIT;
     static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma shapes m64n{64,128,256}k16");
     static_assert(WG >= 1 && WG <= 2, "one or two consumer warpgroups");
+    static_assert(WN == 1 ? BM == 64 * WM : WM == 1 && WN == 2 && (BM == 64 || BM == 128),
+                  "64 rows per cooperative warpgroup, or ping-pong tiles of 64 or 128 rows");
+    static_assert(MW * BN / 2 <= 128, "a warpgroup's accumulators: 128 floats a thread");
     static_assert(STAGES >= 2, "a pipeline needs two stages");
     static_assert(!PRODUCER_WG || CONSUMER_REGS > REGS, "setmaxnreg moves registers to consumers");
 };
@@ -319,6 +337,29 @@ static __device__ __forceinline__ void store_tile_f32(const float (&acc)[BN / 2]
                        });
 }
 
+/* The CTA's first work item from item on (steps of gridDim.x) whose row
+ * tile lies below live_rows; items when there is none. */
+template <int BM>
+static __device__ __forceinline__ int sm90_next_live(int item, int items, int tiles, int tiles_m,
+                                                     int tiles_n, int64_t live_rows)
+{
+    for (; item < items; item += gridDim.x) {
+        int tm, tn;
+        tile_coords(item % tiles, tiles_m, tiles_n, tm, tn);
+        if ((int64_t)tm * BM < live_rows) break;
+    }
+    return item;
+}
+
+/* Moves a ring position (stage, phase) on by steps slots. */
+template <int STAGES>
+static __device__ __forceinline__ void ring_advance(int &stage, uint32_t &phase, int steps)
+{
+    stage += steps;
+    phase ^= (uint32_t)(stage / STAGES) & 1u;
+    stage %= STAGES;
+}
+
 /* ---------------------------------------------------------------- kernel */
 
 /*
@@ -327,16 +368,16 @@ static __device__ __forceinline__ void store_tile_f32(const float (&acc)[BN / 2]
  * 64) columns each, slice s writing its partial sums to plane s of parts
  * ([k / kslice][m, n] fp32) instead of the bias + activation epilogue.
  */
-template <typename T, int BN, int WG, int STAGES>
-__global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
-                                  sm90_traits<BN, WG, STAGES>::CTAS_PER_SM)
+template <typename T, int BM, int BN, int WM, int WN, int STAGES>
+__global__ void __launch_bounds__(sm90_traits<BM, BN, WM, WN, STAGES>::THREADS,
+                                  sm90_traits<BM, BN, WM, WN, STAGES>::CTAS_PER_SM)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_x,
                      const __grid_constant__ CUtensorMap map_w, const T *__restrict__ bias,
                      const T *residual, T *y, int64_t m, int n, int k, int act, int glu,
                      int w_ready, int kslice, float *__restrict__ parts,
                      const int32_t *__restrict__ live)
 {
-    typedef sm90_traits<BN, WG, STAGES> G;
+    typedef sm90_traits<BM, BN, WM, WN, STAGES> G;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     /* The slack in G::SMEM lets the base round up to 1024 bytes. */
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -359,16 +400,16 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(full + 8 * s, 1);
-            mbar_init(empty + 8 * s, 4 * WG);
+            mbar_init(empty + 8 * s, 4 * WM); /* the warps of a tile's warpgroups */
         }
         fence_mbar_init();
     }
     __syncthreads();
 
-    if (wg == WG) {
+    if (wg == G::WG) {
         /* Producer: one thread issues every load; the others leave. */
         if constexpr (G::PRODUCER_WG) setmaxnreg_dec<G::PRODUCER_REGS>();
-        if (threadIdx.x != 128 * WG) return;
+        if (threadIdx.x != 128 * G::WG) return;
         tma_prefetch_map(&map_x);
         tma_prefetch_map(&map_w);
         /* Weights the previous kernel cannot be writing go up first, into
@@ -413,20 +454,45 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
         return;
     }
 
-    /* Consumers: warpgroup wg owns rows 64 wg .. 64 wg + 63 of every tile. */
+    /* Consumers. Cooperative: warpgroup wg owns rows 64 wg .. 64 wg + 63 of
+     * every tile. Ping-pong: the CTA's live items take turns, warpgroup wg
+     * the turns of its parity, and the ring slots of the other's items pass
+     * it by. A turn's main loop waits for the previous turn's (a named
+     * barrier per warpgroup), so that the warpgroups alternate on the tensor
+     * cores, one's epilogue under the other's main loop; it also keeps every
+     * full-barrier wait within one phase of the barrier, which a parity wait
+     * needs: the ring slots before a turn's were all waited for by then. */
     if constexpr (G::PRODUCER_WG) setmaxnreg_inc<G::CONSUMER_REGS>();
     const int lane = threadIdx.x & 31;
-    const uint32_t a_rows = (uint32_t)wg * 64 * 128;
-    float acc[BN / 2];
+    const uint32_t a_rows = G::PINGPONG ? 0u : (uint32_t)wg * 64 * 128;
+    float acc[G::MW][BN / 2];
 #pragma unroll
-    for (int i = 0; i < BN / 2; i++)
-        acc[i] = 0.f;
+    for (int i = 0; i < G::MW; i++)
+#pragma unroll
+        for (int j = 0; j < BN / 2; j++)
+            acc[i][j] = 0.f;
     int stage = 0;
     uint32_t phase = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    int turn = 0;
+    for (int item = sm90_next_live<G::BM>(blockIdx.x, items, tiles, tiles_m, tiles_n, live_rows),
+             next;
+         item < items; item = next, turn++) {
+        next =
+            sm90_next_live<G::BM>(item + (int)gridDim.x, items, tiles, tiles_m, tiles_n, live_rows);
+        if constexpr (G::PINGPONG) {
+            if ((turn & 1) != wg) {
+                ring_advance<STAGES>(stage, phase, ktiles);
+                continue;
+            }
+            if (turn > 0) {
+                if (wg == 0)
+                    named_bar_sync<1, 256>();
+                else
+                    named_bar_sync<2, 256>();
+            }
+        }
         int tm, tn;
         tile_coords(item % tiles, tiles_m, tiles_n, tm, tn);
-        if ((int64_t)tm * G::BM >= live_rows) continue;
         int prev = 0;
         for (int kt = 0; kt < ktiles; kt++) {
             mbar_wait(full + 8 * stage, phase);
@@ -436,8 +502,10 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < 4; ks++)
-                wgmma_ss<T, BN>(acc, sw128_desc(a + 32 * ks, 16, 1024),
-                                sw128_desc(b + 32 * ks, 16, 1024), kt > 0 || ks > 0);
+#pragma unroll
+                for (int i = 0; i < G::MW; i++)
+                    wgmma_ss<T, BN>(acc[i], sw128_desc(a + i * 64 * 128 + 32 * ks, 16, 1024),
+                                    sw128_desc(b + 32 * ks, 16, 1024), kt > 0 || ks > 0);
             wgmma_commit();
             /* The previous slice's group has retired: its stage may be refilled. */
             wgmma_wait<1>();
@@ -448,24 +516,38 @@ __global__ void __launch_bounds__(sm90_traits<BN, WG, STAGES>::THREADS,
                 phase ^= 1;
             }
         }
+        /* Every slot of this turn has been waited for: the next turn may start
+         * while this one's last MMAs and epilogue run. */
+        if constexpr (G::PINGPONG) {
+            if (next < items) {
+                if (wg == 0)
+                    named_bar_arrive<2, 256>();
+                else
+                    named_bar_arrive<1, 256>();
+            }
+        }
         wgmma_wait<0>();
         if (lane == 0) mbar_arrive(empty + 8 * prev);
-        reg_fence(acc);
+#pragma unroll
+        for (int i = 0; i < G::MW; i++)
+            reg_fence(acc[i]);
         /* The next kernel (PDL) may be scheduled while this one stores. */
-        if (item + (int)gridDim.x >= items) stof_grid_launch_dependents();
+        if (next >= items) stof_grid_launch_dependents();
 
-        const int64_t row0 = (int64_t)tm * G::BM + wg * 64;
         const int col0 = tn * BN;
-        if (parts) {
-            store_tile_f32<BN>(acc, parts + (int64_t)(item / tiles) * m * n, row0, col0, m, n);
-            continue;
+#pragma unroll
+        for (int i = 0; i < G::MW; i++) {
+            const int64_t row0 = (int64_t)tm * G::BM + (G::PINGPONG ? 64 * i : wg * 64);
+            if (parts)
+                store_tile_f32<BN>(acc[i], parts + (int64_t)(item / tiles) * m * n, row0, col0, m,
+                                   n);
+            else if (glu)
+                store_act<T, BN, true>(acc[i], act, bias, y, row0, col0, m, n);
+            else if (residual)
+                store_tile<T, BN, ACT_NONE, true>(acc[i], bias, residual, y, row0, col0, m, n);
+            else
+                store_act<T, BN, false>(acc[i], act, bias, y, row0, col0, m, n);
         }
-        if (glu)
-            store_act<T, BN, true>(acc, act, bias, y, row0, col0, m, n);
-        else if (residual)
-            store_tile<T, BN, ACT_NONE, true>(acc, bias, residual, y, row0, col0, m, n);
-        else
-            store_act<T, BN, false>(acc, act, bias, y, row0, col0, m, n);
     }
 }
 
@@ -483,16 +565,16 @@ static stof_status encode_operand(CUtensorMap *map, const char *name, const void
                                  box, NULL);
 }
 
-template <typename T, int BN, int WG, int STAGES>
+template <typename T, int BM, int BN, int WM, int WN, int STAGES>
 static stof_status launch_gemm_sm90(stof_ctx *ctx, const fuse_linear_args *a, int splits,
                                     float *parts)
 {
-    typedef sm90_traits<BN, WG, STAGES> G;
+    typedef sm90_traits<BM, BN, WM, WN, STAGES> G;
     static int opted[64];
     static int resident[64]; /* CTAs per SM, per device */
     void (*kernel)(const CUtensorMap, const CUtensorMap, const T *, const T *, T *, int64_t, int,
                    int, int, int, int, int, float *, const int32_t *) =
-        gemm_sm90_kernel<T, BN, WG, STAGES>;
+        gemm_sm90_kernel<T, BM, BN, WM, WN, STAGES>;
     STOF_CUDA_TRY(smem_opt_in(kernel, G::SMEM, ctx->gpu_index, opted));
     const int dev = ctx->gpu_index;
     int per_sm = dev >= 0 && dev < 64 ? resident[dev] : 0;
@@ -534,7 +616,7 @@ static stof_status dispatch_gemm_sm90(stof_ctx *ctx, const fuse_config *c,
 #define TRY_CONFIG(bm, bn, bk, wm, wn, st)                                                         \
     if (c->block_m == bm && c->block_n == bn && c->block_k == bk && c->warps_m == wm &&            \
         c->warps_n == wn && c->stages == st)                                                       \
-        return launch_gemm_sm90<T, bn, wm, st>(ctx, a, splits, parts);
+        return launch_gemm_sm90<T, bm, bn, wm, wn, st>(ctx, a, splits, parts);
     FUSE_GEMM_SM90_INSTANCES(TRY_CONFIG)
 #undef TRY_CONFIG
     return stof_error(STOF_ERR_INTERNAL, "gemm_sm90: config %dx%dx%d s%d is not compiled",

@@ -27,14 +27,20 @@
     X(32, 128, 32, 1, 8, 2)                                                                        \
     X(16, 64, 32, 1, 4, 3)
 
-/* Hopper (sm_90a): block_m = 64 x warps_m (consumer warpgroups, 64 rows
- * each), block_k 64 (one 128-byte swizzle atom), warps_n 1. The 128x128 tile
- * with 3 stages leaves room for two CTAs per SM. The 64x64 tile is for a few
- * hundred rows: many CTAs, each with 12 stages, so that a K of 768 is one
- * pass of loads (its weights issued while the previous kernel runs). */
+/* Hopper (sm_90a), cooperative: block_m = 64 x warps_m (consumer
+ * warpgroups sharing a tile, 64 rows each), block_k 64 (one 128-byte swizzle
+ * atom), warps_n 1. The 128x128 tile with 3 stages leaves room for two CTAs
+ * per SM. The 64x64 tile is for a few hundred rows: many CTAs, each with 12
+ * stages, so that a K of 768 is one pass of loads (its weights issued while
+ * the previous kernel runs).
+ * Ping-pong: warps_m 1, warps_n 2, two warpgroups taking whole tiles in
+ * turns, one's epilogue under the other's main loop; 64x256 (5 stages of 40
+ * KB) or 128x128 (7 of 32 KB), each filling the SM's shared memory. */
 #define FUSE_GEMM_SM90_INSTANCES(X)                                                                \
     X(128, 256, 64, 2, 1, 4)                                                                       \
     X(128, 128, 64, 2, 1, 3)                                                                       \
+    X(128, 128, 64, 1, 2, 7)                                                                       \
+    X(64, 256, 64, 1, 2, 5)                                                                        \
     FUSE_GEMM_SM90_SMALL(X)
 /* The 64x64 tile, which fuse_config_sm90_small names. */
 #define FUSE_GEMM_SM90_SMALL(X) X(64, 64, 64, 1, 1, 12)

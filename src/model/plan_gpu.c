@@ -175,8 +175,8 @@ static void plan_glu(const stof_model *m, layer_plan *p, int64_t rows)
     if (m->desc.layer[0].mlp != MLP_GLU || !fuse_sm90_available(m->ctx)) return;
     if (p->ffn1.path != FUSE_PATH_CUBLASLT || p->ffn1.lt_algo != 0) return;
     fuse_linear_args a = eng_segment_args(m, 0, TUNE_SEG_FFN1, rows);
-    fuse_config c = fuse_config_default(FUSE_TPL_GEMM_SM90, rows, a.n, a.k, m->ctx->sm_count,
-                                        m->ctx->smem_per_block_optin);
+    fuse_config c =
+        fuse_config_sm90_glu(rows, a.n, a.k, m->ctx->sm_count, m->ctx->smem_per_block_optin);
     if (c.tpl != FUSE_TPL_GEMM_SM90) return;
     memset(&p->ffn1, 0, sizeof p->ffn1);
     p->ffn1.path = FUSE_PATH_STOF;
