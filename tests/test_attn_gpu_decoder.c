@@ -34,6 +34,7 @@ static test_rng rng;
 static stof_ctx *ctx;
 static int runs_done, runs_skipped;
 static bool ws_only; /* STOF_TEST_WS_ONLY */
+static bool ws_here; /* the warp-specialised kernel runs here (sm_90a built, a 9.0 device) */
 
 typedef struct dcase {
     const char *mask; /* spec text */
@@ -46,6 +47,7 @@ typedef struct dcase {
     int t5_buckets, t5_bidir, t5_maxd;
     stof_dtype bias_dt; /* tensor bias */
     bool bias_bcast;    /* tensor [1, H, Lq, Lk] */
+    bool want_ws;       /* the warp-specialised kernel must serve it forced (where ws_here) */
     char name[200];
 } dcase;
 
@@ -275,6 +277,8 @@ static void run_case(dcase *c)
         p.softcap = c->softcap;
         stof_attn_choice ch;
         if (kk > 0 && stof_attention_select(ctx, &p, &q, mask, &ch) != STOF_OK) {
+            CHECK(!(c->want_ws && ws_here && kernels[kk] == STOF_ATTN_BLOCKWISE_SM90_WS),
+                  "%s: the warp-specialised kernel refused it: %s", c->name, stof_last_error());
             runs_skipped++; /* a forced kernel that cannot serve these tiles or this head dim */
             continue;
         }
@@ -428,12 +432,14 @@ static void sweep(void)
 
 /* The warp-specialised sm_90 kernel's ground (blockwise_ws_sm90.cu), every
  * case under AUTO (which picks it on Hopper) and with each kernel forced:
- * head dim 128, fp16 and bf16, dense and causal, L in {1, 17, 128, 129,
- * 1000, 4097} (129: a second row block of one row, and a key tile of one
- * key), Lq = Lk, Lq < Lk bottom-right and top-left, one length, per-entry
- * lengths (padded) and packed, MHA, GQA 4:1 and MQA. The axes after the
- * length and mask rotate with the case number so that every pair of values
- * meets. */
+ * head dim 128, fp16 and bf16, dense, causal and bands (mask.h: a sliding
+ * window window:W:0, a two-sided window whose right side passes a key
+ * tile, within:L:R on a full part, a narrow window:3:1), L in {1, 17, 128,
+ * 129, 1000, 4097} (129: a second row block of one row, and a key tile of
+ * one key), Lq = Lk, Lq < Lk bottom-right and top-left, one length,
+ * per-entry lengths (padded) and packed, MHA, GQA 4:1 and MQA. The axes
+ * after the length and mask rotate with the case number so that every pair
+ * of values meets. The forced warp-specialised run must be served. */
 static void ws_sweep(void)
 {
     static const int lens[] = {1, 17, 128, 129, 1000, 4097};
@@ -441,7 +447,7 @@ static void ws_sweep(void)
     const int max_l = max_env ? atoi(max_env) : 1 << 30;
     int n = 0;
     for (int li = 0; li < 6; li++)
-        for (int causal = 0; causal < 2; causal++)
+        for (int mi = 0; mi < 6; mi++)
             for (int layout = 0; layout < 3; layout++, n++) { /* one length, padded, packed */
                 const int L = lens[li];
                 if (L > max_l) continue;
@@ -449,17 +455,26 @@ static void ws_sweep(void)
                 memset(&c, 0, sizeof c);
                 c.D = 128;
                 c.dt = (n + li) % 2 ? STOF_BF16 : STOF_F16;
-                const int heads = (n + causal) % 3; /* MHA, GQA 4:1, MQA */
+                const int heads = (n + mi) % 3; /* MHA, GQA 4:1, MQA */
                 c.H = heads == 0 ? 4 : 8;
                 c.Hkv = heads == 0 ? 4 : heads == 1 ? 2 : 1;
                 c.B = L >= 1000 ? 2 : 3;
                 const int offset_kind = (n / 3 + layout) % 3; /* Lq = Lk, bottom-right, top-left */
                 c.Lk = L;
                 c.Lq = offset_kind != 0 && L > 1 ? (L + 2) / 3 : L;
-                static char text[32];
-                snprintf(text, sizeof text, "%s%s", causal ? "causal" : "full",
-                         offset_kind == 2 ? ",topleft" : "");
+                static char text[64], part[48];
+                const int w = L / 3 + 5, r = L / 5 + 130;
+                switch (mi) {
+                case 0: snprintf(part, sizeof part, "full"); break;
+                case 1: snprintf(part, sizeof part, "causal"); break;
+                case 2: snprintf(part, sizeof part, "window:%d:0", w); break;
+                case 3: snprintf(part, sizeof part, "window:%d:%d", w, r); break;
+                case 4: snprintf(part, sizeof part, "full,within:%d:%d", L / 7 + 200, L / 9); break;
+                default: snprintf(part, sizeof part, "window:3:1"); break;
+                }
+                snprintf(text, sizeof text, "%s%s", part, offset_kind == 2 ? ",topleft" : "");
                 c.mask = text;
+                c.want_ws = true;
                 c.lengths = layout > 0;
                 c.packed = layout == 2;
                 for (int b = 0; b < c.B; b++) {
@@ -482,6 +497,9 @@ int main(void)
     CHECK_OK(stof_ctx_create(&cp, &ctx));
     if (!ctx) return test_finish("test_attn_gpu_decoder");
     ws_only = getenv("STOF_TEST_WS_ONLY") != NULL;
+#ifdef STOF_HAVE_ATTN_SM90
+    ws_here = ctx->cc_major == 9 && ctx->cc_minor == 0;
+#endif
     if (!ws_only) sweep();
     ws_sweep();
     printf("test_attn_gpu_decoder: %d runs, %d forced runs skipped (kernel cannot serve)\n",

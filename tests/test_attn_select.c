@@ -396,8 +396,8 @@ static void test_sm90_rule(void)
     CHECK(strstr(stof_last_error(), "32x32") != NULL, "message: %s", stof_last_error());
 }
 
-/* Rule 4: head dim 128 with an all-visible or causal mask (no split, no
- * modifiers) takes the warp-specialised kernel where rule 3 would run the
+/* Rule 4: head dim 128 with an all-visible, causal or band mask (no split,
+ * no modifiers) takes the warp-specialised kernel where rule 3 would run the
  * wgmma kernel; forcing either sm_90 kernel gets that one. */
 static void test_ws_rule(void)
 {
@@ -415,6 +415,10 @@ static void test_ws_rule(void)
     p = causal(1, 32, 8192, 128, 128, 64, 64.0);
     p.analytic = 1;
     check_choice("causal 8192 head dim 128", p, d, STOF_ATTN_BLOCKWISE_SM90_WS, 0, 0);
+    /* A sliding window (window:4096:0) over 16384 keys: a band, 65 listed tiles a row. */
+    attn_problem w = problem(1, 32, 16384, 128, 128, 64, 65.0);
+    w.analytic = 1;
+    check_choice("window:4096:0 at 16384 head dim 128", w, d, STOF_ATTN_BLOCKWISE_SM90_WS, 0, 0);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90, &ch));
     CHECK(ch.kernel == STOF_ATTN_BLOCKWISE_SM90, "forced old sm_90: kernel %d", ch.kernel);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90_WS, &ch));

@@ -375,7 +375,7 @@ static attn_problem problem_of(const attn_shape *s, stof_mask *mask)
     p.tiles_per_row = e ? e->tiles_per_row : (double)t->n_tcol;
     p.row_imbalance = e ? e->row_imbalance : 1.0;
     p.even_full = t->all_visible && t->bm == 1 && t->split == 1;
-    p.analytic = (t->all_visible || t->causal) && t->split == 1;
+    p.analytic = (t->all_visible || t->causal || t->band) && t->split == 1;
     p.mods = s->mods;
     return p;
 }

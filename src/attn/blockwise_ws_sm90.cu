@@ -1,9 +1,11 @@
 /*
  * blockwise_ws_sm90.cu — attention at head dim 128 on Hopper (sm_90a) with
  * warp specialisation, for the masks that need no tile list: all-visible ones
- * (mask.h's all_visible: dense, padded and packed batches, Lq != Lk) and the
- * causal mask (mask.h's causal, bottom-right alignment included), fp16 and
- * bf16, grouped-query heads read in place. Everything else (other masks, a
+ * (mask.h's all_visible: dense, padded and packed batches, Lq != Lk), the
+ * causal mask (mask.h's causal) and analytic bands (mask.h's band: sliding
+ * and two-sided windows, within:L:R on a full part), bottom-right alignment
+ * included, fp16 and bf16, grouped-query heads read in place. Everything
+ * else (other masks, a
  * bias or soft cap, other head dims, split masks) stays on blockwise_sm90.cu,
  * whose contract this kernel keeps: online softmax in the log2 domain, rows
  * with nothing visible and rows past a sequence write zeros, keys past a
@@ -48,7 +50,13 @@
  * off = len_k - len_q under bottom-right alignment, 0 under top-left), so no
  * tile past the diagonal is loaded; tiles crossing it are masked by index.
  * The heavy-first launch order of grid.cuh applies (attention.c sets it from
- * the mask's row imbalance).
+ * the mask's row imbalance). A band (left, right) reads the keys from its
+ * first row's first visible key (row0 + off - left, down to a multiple of
+ * 128) to its last live row's last (+ right): producer and consumers walk
+ * the same tiles from there (ws_key_range), and tiles that reach before a
+ * row's first key are masked on that side too (ws_mask_before). The band
+ * variant is a template instance of its own, so the dense and causal ones
+ * carry none of its code.
  *
  * Measured on an H100 against blockwise_sm90.cu in one process
  * (bench/results/attention-ws-2026-11-26-h100.txt): 557-648 TFLOP/s against
@@ -134,6 +142,62 @@ static __device__ __forceinline__ void ws_sign_and_mask(float (&s)[64], bool neg
     }
 }
 
+/* Scores of keys before a row's first visible key (lo: rows g and g + 8 of
+ * the thread) to -inf, for bands with a left side (ws_sign_and_mask takes the
+ * right side). */
+static __device__ __forceinline__ void ws_mask_before(float (&s)[64], int key0, const int (&lo)[2],
+                                                      int t)
+{
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int key = key0 + 8 * j + 2 * t + e;
+            if (key < lo[0]) s[4 * j + e] = -INFINITY;
+            if (key < lo[1]) s[4 * j + 2 + e] = -INFINITY;
+        }
+    }
+}
+
+/* What the mask is to the kernel (a template parameter: the all-visible and
+ * causal variants carry no band code). */
+enum { WS_MASK_ALL = 0, WS_MASK_CAUSAL = 1, WS_MASK_BAND = 2 };
+
+/* The keys a work item of 128 rows from row0 reads: tiles of 128 from *kbeg
+ * (a multiple of 128), the count returned. All-visible: every key of the
+ * sequence; causal and bands: from the first live row's first visible key
+ * to the last live row's last one (mask.h, band; off: mask_tiles_offset of
+ * the mask's own lengths). 64-bit sums: an open side is 2^40. */
+template <int MASK>
+static __device__ __forceinline__ int ws_key_range(const mask_tiles *t, const attn_seq *s, int row0,
+                                                   int off, int *kbeg)
+{
+    int64_t beg = 0, end = s->len_k;
+    if (MASK != WS_MASK_ALL) {
+        const int64_t right = MASK == WS_MASK_BAND ? t->band_right : 0;
+        const int64_t last = (int64_t)min(row0 + WS_BLOCK_M, s->len_q) - 1 + off;
+        end = min(end, last + right + 1);
+    }
+    if (MASK == WS_MASK_BAND) {
+        beg = max((int64_t)0, (int64_t)row0 + off - t->band_left);
+        beg -= beg % WS_BLOCK_N;
+    }
+    *kbeg = (int)beg;
+    return end > beg ? (int)((end - beg + WS_BLOCK_N - 1) / WS_BLOCK_N) : 0;
+}
+
+/* A row's first and last visible key (clamped to [-1, len_k]) for the
+ * causal and band variants. */
+template <int MASK>
+static __device__ __forceinline__ void ws_row_keys(const mask_tiles *t, int row, int off, int len_k,
+                                                   int *first, int *last)
+{
+    const int64_t ia = (int64_t)row + off;
+    const int64_t right = MASK == WS_MASK_BAND ? t->band_right : 0;
+    *last = (int)max((int64_t)-1, min((int64_t)len_k - 1, ia + right));
+    *first = MASK == WS_MASK_BAND ? (int)min((int64_t)len_k, max((int64_t)0, ia - t->band_left)) : 0;
+}
+
 /* A 1 the compiler cannot see through: the branch it guards ends a basic
  * block, which keeps ptxas from hoisting the next wgmma wait above the work
  * inside it. */
@@ -163,7 +227,7 @@ static __device__ __forceinline__ void ws_turn_pass(int c)
         named_bar_arrive<1, WS_CONSUMERS>();
 }
 
-template <int BF16, bool CAUSAL>
+template <int BF16, int MASK>
 __global__ void __launch_bounds__(384, 1)
     attn_ws_sm90_kernel(const attn_launch a, const __grid_constant__ CUtensorMap q_map,
                         const __grid_constant__ CUtensorMap k_map,
@@ -190,14 +254,10 @@ __global__ void __launch_bounds__(384, 1)
     const int row0 = x * WS_BLOCK_M;
     const attn_seq s = attn_seq_of(&a, b, h);
     if (row0 >= s.store_rows) return;
-    /* Keys the CTA reads: all of the sequence's, or (causal) up to its last
-     * live row's diagonal. off: the analytic row offset of the mask's own
-     * lengths (mask_tiles_offset). */
     const int bi = t->bm > 1 ? b : 0;
     const int off = t->align_end ? t->len_k[bi] - t->len_q[bi] : 0;
-    int kend = s.len_k;
-    if (CAUSAL) kend = min(kend, min(row0 + WS_BLOCK_M, s.len_q) + off);
-    const int n = kend > 0 ? (kend + WS_BLOCK_N - 1) / WS_BLOCK_N : 0;
+    int kbeg;
+    const int n = ws_key_range<MASK>(t, &s, row0, off, &kbeg);
     if (n <= 0 || row0 >= s.len_q) {
         store_zero_rows<WS_D, 384>(&s, &a, row0, WS_BLOCK_M);
         return;
@@ -235,7 +295,7 @@ __global__ void __launch_bounds__(384, 1)
                                 s.q_row0 + row0 + c * 64, h, q_w);
         }
         for (int i = 0; i < n; i++) {
-            const int st = i & 1, key0 = i * WS_BLOCK_N;
+            const int st = i & 1, key0 = kbeg + i * WS_BLOCK_N;
             const bool tail = key0 + WS_BLOCK_N > s.len_k;
             if (lane == 0) {
                 /* Stage st's previous tile (i - 2) released by both consumers. */
@@ -276,19 +336,28 @@ __global__ void __launch_bounds__(384, 1)
     const bool negate = a.scale_log2 < 0.0f;
     const float scale = fabsf(a.scale_log2);
     /* The last visible key of the thread's rows g and g + 8, and the least of
-     * the warpgroup's (a tile past it needs no mask). */
+     * the warpgroup's (a tile past it needs no mask); for a band also the
+     * first visible key, and the greatest of the warpgroup's. */
     const int row_w = row0 + c * 64 + warp * 16, row_g = row_w + (lane >> 2);
-    int lim[2] = {s.len_k - 1, s.len_k - 1};
-    int lim_wg = s.len_k - 1;
-    if (CAUSAL) {
-        lim[0] = min(lim[0], row_g + off);
-        lim[1] = min(lim[1], row_g + 8 + off);
-        lim_wg = min(lim_wg, row0 + c * 64 + off);
+    int lim[2] = {s.len_k - 1, s.len_k - 1}, lo[2] = {0, 0};
+    int lim_wg = s.len_k - 1, lo_wg = 0;
+    if (MASK != WS_MASK_ALL) {
+        int unused;
+        ws_row_keys<MASK>(t, row_g, off, s.len_k, &lo[0], &lim[0]);
+        ws_row_keys<MASK>(t, row_g + 8, off, s.len_k, &lo[1], &lim[1]);
+        ws_row_keys<MASK>(t, row0 + c * 64, off, s.len_k, &unused, &lim_wg);
+        ws_row_keys<MASK>(t, row0 + c * 64 + 63, off, s.len_k, &lo_wg, &unused);
     }
-    auto needs_mask = [&](int key0) { return key0 + WS_BLOCK_N - 1 > lim_wg; };
+    auto needs_mask = [&](int key0) {
+        return key0 + WS_BLOCK_N - 1 > lim_wg || (MASK == WS_MASK_BAND && key0 < lo_wg);
+    };
 
     float o[64], sc[64], m[2] = {-INFINITY, -INFINITY}, l[2], alpha[2], sum[2];
     uint32_t p[8][4];
+    /* The band's left side, where the tile reaches before a row's first key. */
+    auto mask_before = [&](int key0) {
+        if (MASK == WS_MASK_BAND && key0 < lo_wg) ws_mask_before(sc, key0, lo, tq);
+    };
 #pragma unroll
     for (int i = 0; i < 64; i++)
         o[i] = sc[i] = 0.0f;
@@ -307,14 +376,15 @@ __global__ void __launch_bounds__(384, 1)
     wgmma_wait<0>();
     reg_fence(sc);
     mbar_arrive(k_empty);
-    ws_sign_and_mask(sc, negate, needs_mask(0), 0, lim, tq);
+    ws_sign_and_mask(sc, negate, needs_mask(kbeg), kbeg, lim, tq);
+    mask_before(kbeg);
     softmax_tile<true>(sc, scale, m, alpha, sum);
     l[0] = sum[0];
     l[1] = sum[1];
     pack_p<BF16>(p, sc);
 
     for (int i = 1; i < n; i++) {
-        const int st = i & 1, key0 = i * WS_BLOCK_N;
+        const int st = i & 1, key0 = kbeg + i * WS_BLOCK_N;
         /* K_i, and V_{i-1}, which the producer issued before it. */
         mbar_wait(k_full + 8 * st, (i >> 1) & 1);
         mbar_wait(v_full + 8 * (st ^ 1), ((i - 1) >> 1) & 1);
@@ -330,6 +400,7 @@ __global__ void __launch_bounds__(384, 1)
         mbar_arrive(k_empty + 8 * st);
         if (ws_opaque_one()) {
             ws_sign_and_mask(sc, negate, needs_mask(key0), key0, lim, tq);
+            mask_before(key0);
             softmax_tile<true>(sc, scale, m, alpha, sum);
         }
         wgmma_wait<0>(); /* O and P's registers are free from here on */
@@ -366,14 +437,17 @@ __global__ void __launch_bounds__(384, 1)
 typedef void (*ws_kernel_fn)(const attn_launch, const CUtensorMap, const CUtensorMap,
                              const CUtensorMap);
 typedef struct ws_variant {
-    int bf16, causal;
+    int bf16, mask;
     ws_kernel_fn fn;
 } ws_variant;
 
-static const ws_variant ws_variants[] = {{0, 0, attn_ws_sm90_kernel<0, false>},
-                                         {1, 0, attn_ws_sm90_kernel<1, false>},
-                                         {0, 1, attn_ws_sm90_kernel<0, true>},
-                                         {1, 1, attn_ws_sm90_kernel<1, true>}};
+static const ws_variant ws_variants[] = {
+    {0, WS_MASK_ALL, attn_ws_sm90_kernel<0, WS_MASK_ALL>},
+    {1, WS_MASK_ALL, attn_ws_sm90_kernel<1, WS_MASK_ALL>},
+    {0, WS_MASK_CAUSAL, attn_ws_sm90_kernel<0, WS_MASK_CAUSAL>},
+    {1, WS_MASK_CAUSAL, attn_ws_sm90_kernel<1, WS_MASK_CAUSAL>},
+    {0, WS_MASK_BAND, attn_ws_sm90_kernel<0, WS_MASK_BAND>},
+    {1, WS_MASK_BAND, attn_ws_sm90_kernel<1, WS_MASK_BAND>}};
 #define WS_NVARIANTS ((int)(sizeof ws_variants / sizeof ws_variants[0]))
 
 static int ws_smem(const ws_variant *v)
@@ -391,16 +465,20 @@ extern "C" stof_status attn_ws_sm90_prepare(void)
 extern "C" stof_status attn_ws_sm90_run(const attn_launch *a, void *stream)
 {
     const int mods = a->mods.bias_kind != STOF_BIAS_NONE || a->mods.softcap > 0.0f;
-    const int analytic = (a->tiles.all_visible || a->tiles.causal) && a->split == 1;
+    const int analytic =
+        (a->tiles.all_visible || a->tiles.causal || a->tiles.band) && a->split == 1;
     STOF_REQUIRE(attn_ws_serves(a->head_dim, analytic, mods), STOF_ERR_UNSUPPORTED,
-                 "the warp-specialised sm_90 attention kernel serves head dim 128, all-visible "
-                 "or causal masks, no bias or soft cap, no split (asked: head dim %d, "
-                 "all-visible %d, causal %d, split %d, bias or cap %d)",
-                 a->head_dim, a->tiles.all_visible, a->tiles.causal, a->split, mods);
-    const int causal = !a->tiles.all_visible;
+                 "the warp-specialised sm_90 attention kernel serves head dim 128, all-visible, "
+                 "causal or band masks, no bias or soft cap, no split (asked: head dim %d, "
+                 "all-visible %d, causal %d, band %d, split %d, bias or cap %d)",
+                 a->head_dim, a->tiles.all_visible, a->tiles.causal, a->tiles.band, a->split,
+                 mods);
+    const int mask = a->tiles.all_visible ? WS_MASK_ALL
+                     : a->tiles.causal    ? WS_MASK_CAUSAL
+                                          : WS_MASK_BAND;
     const ws_variant *v = NULL;
     for (int i = 0; i < WS_NVARIANTS && !v; i++)
-        if (ws_variants[i].bf16 == a->bf16 && ws_variants[i].causal == causal) v = &ws_variants[i];
+        if (ws_variants[i].bf16 == a->bf16 && ws_variants[i].mask == mask) v = &ws_variants[i];
     STOF_REQUIRE(v, STOF_ERR_INTERNAL, "warp-specialised sm_90 attention: no variant");
     STOF_TRY(attn_ws_sm90_prepare());
     CUtensorMap q_map, k_map, v_map;

@@ -206,10 +206,10 @@ stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn
                      dev->cc / 10, dev->cc % 10, dev->sm90_kernels ? "built" : "not built");
         STOF_REQUIRE(
             attn_ws_usable(dev, p), STOF_ERR_UNSUPPORTED,
-            "the warp-specialised sm_90 kernel serves head dim 128 with an all-visible or "
-            "causal mask (not split) and no bias or soft cap (asked: head dim %d, %s mask, "
-            "%s)",
-            p->head_dim, p->analytic ? "all-visible or causal" : "another",
+            "the warp-specialised sm_90 kernel serves head dim 128 with an all-visible, "
+            "causal or band mask (not split) and no bias or soft cap (asked: head dim %d, "
+            "%s mask, %s)",
+            p->head_dim, p->analytic ? "all-visible, causal or band" : "another",
             p->mods ? "a bias or soft cap" : "no bias or cap");
         *out = ws_choice(0.0);
         return STOF_OK;

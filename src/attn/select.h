@@ -98,8 +98,9 @@
  *    The score stays the block-wise figure of 2. (the model is calibrated for
  *    mma.sync; here it only separates block-wise from row-wise).
  *
- * 4. Head dim 128 on sm_90 with an all-visible or causal mask (no split, no
- *    bias or soft cap): where 3. would run the wgmma kernel, the
+ * 4. Head dim 128 on sm_90 with an all-visible, causal or band mask
+ *    (mask_tiles; window:L:R, within:L:R on a full part; no split, no bias
+ *    or soft cap): where 3. would run the wgmma kernel, the
  *    warp-specialised one (blockwise_ws_sm90.cu: a TMA producer warpgroup
  *    and two consumer warpgroups of 64 rows, 128-key tiles, ping-pong)
  *    runs instead, reported as block_m 128, block_n 128, 12 warps. Its
@@ -167,7 +168,8 @@ typedef struct attn_problem {
                              the sm_90 kernel's (one warpgroup) at head dims 64 and 128
                              where it runs, else the block-wise kernel's (4 warps of
                              64-row blocks) */
-    int analytic;         /* the mask is all-visible or causal (mask_tiles) and not split:
+    int analytic;         /* the mask is all-visible, causal or a band (mask_tiles) and
+                             not split:
                              the warp-specialised kernel (rule 4) needs no tile list */
 } attn_problem;
 
@@ -217,7 +219,7 @@ int attn_sm90_short_grid(const attn_problem *p, const attn_device *dev);
 int64_t attn_sm90_smem_bytes(int head_dim, int block_m);
 
 /* Rule 4: the warp-specialised sm_90 kernel (blockwise_ws_sm90.cu) serves
- * head dim 128 on all-visible and causal masks (analytic) without a bias or
+ * head dim 128 on all-visible, causal and band masks (analytic) without a bias or
  * soft cap; its CTA holds two 64-row Q tiles and two 128-key stages of K and
  * V, 1024 bytes to align them and its mbarriers. */
 #define ATTN_WS_SMEM_BYTES (2 * 64 * 128 * 2 + 4 * 128 * 128 * 2 + 1024 + 128)
