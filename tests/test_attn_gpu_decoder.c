@@ -10,9 +10,10 @@
  * offset), top-left}, L in {1, 17, 128, 1000, 4097}. Every case runs under
  * AUTO (a bias or cap at head dim 64/128: the sm_90 kernel on Hopper) and
  * block-wise forced; where the call has no modifier and a common head dim,
- * the row-wise and both sm_90 kernels forced too (they read K/V by head group; the
- * warp-specialised one where it serves: head dim 128, dense or causal). A second sweep
- * (ws_sweep) covers that kernel's own ground. Inputs are fresh random
+ * the row-wise and the sm_90 kernel forced too (they read K/V by head group), and the
+ * warp-specialised one forced wherever it serves (head dim 128; dense, causal and band
+ * masks; no bias, ALiBi or a soft cap). A second sweep (ws_sweep) covers that kernel's
+ * own ground. Inputs are fresh random
  * values with NaN in every padding row; the output is poisoned (NaN) before every run; rows with no
  * visible key must come back as exact zeros. Long rows are checked on a sample of query rows.
  * STOF_TEST_MAX_L=N skips cases longer than N (the sanitizer's subset);
@@ -266,8 +267,9 @@ static void run_case(dcase *c)
         c->bias_kind != STOF_BIAS_NONE || c->softcap > 0.0f || D == 80 || D == 96 || D == 256;
     const stof_attn_kernel kernels[5] = {STOF_ATTN_AUTO, STOF_ATTN_BLOCKWISE, STOF_ATTN_ROWWISE,
                                          STOF_ATTN_BLOCKWISE_SM90, STOF_ATTN_BLOCKWISE_SM90_WS};
-    for (int kk = 0; mask && kk < (general ? 2 : 5); kk++) {
+    for (int kk = 0; mask && kk < 5; kk++) {
         if (ws_only && kk != 0 && kernels[kk] != STOF_ATTN_BLOCKWISE_SM90_WS) continue;
+        if (general && (kk == 2 || kk == 3)) continue; /* no modifier variants there */
         stof_attn_params p = stof_attn_default_params();
         p.kernel = kernels[kk];
         p.bias_kind = c->bias_kind;
@@ -437,9 +439,10 @@ static void sweep(void)
  * tile, within:L:R on a full part, a narrow window:3:1), L in {1, 17, 128,
  * 129, 1000, 4097} (129: a second row block of one row, and a key tile of
  * one key), Lq = Lk, Lq < Lk bottom-right and top-left, one length,
- * per-entry lengths (padded) and packed, MHA, GQA 4:1 and MQA. The axes
- * after the length and mask rotate with the case number so that every pair
- * of values meets. The forced warp-specialised run must be served. */
+ * per-entry lengths (padded) and packed, MHA, GQA 4:1 and MQA; each case
+ * plain, then with ALiBi, a soft cap or both. The axes after the length and
+ * mask rotate with the case number so that every pair of values meets. The
+ * forced warp-specialised run must be served (ALiBi on a band excepted). */
 static void ws_sweep(void)
 {
     static const int lens[] = {1, 17, 128, 129, 1000, 4097};
@@ -481,6 +484,13 @@ static void ws_sweep(void)
                     c.lens_k[b] = b == 0 || !c.lengths ? c.Lk : (int)test_rng_int(&rng, 1, c.Lk);
                     c.lens_q[b] = b == 0 || !c.lengths ? c.Lq : (int)test_rng_int(&rng, 1, c.Lq);
                 }
+                run_case(&c);
+                /* Again with ALiBi, a soft cap or both (ALiBi on a band stays
+                 * on the other kernels: not the warp-specialised one's). */
+                const int mod = 1 + n % 3;
+                c.bias_kind = mod != 2 ? STOF_BIAS_ALIBI : STOF_BIAS_NONE;
+                c.softcap = mod != 1 ? 8.0f + (float)(n % 5) * 6.0f : 0.0f;
+                c.want_ws = mi < 2 || c.bias_kind == STOF_BIAS_NONE;
                 run_case(&c);
             }
 }

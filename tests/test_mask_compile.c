@@ -399,9 +399,9 @@ static void test_band_flag(stof_ctx *ctx)
                 const int64_t right = t->band_right >= MASK_TILES_OPEN ? -1 : t->band_right;
                 CHECK(t->band == cases[i].band &&
                           (!t->band || (left == cases[i].left && right == cases[i].right)),
-                      "%s (lengths %d): band %d (%lld, %lld), want %d (%lld, %lld)",
-                      cases[i].spec, lengths, t->band, (long long)left, (long long)right,
-                      cases[i].band, (long long)cases[i].left, (long long)cases[i].right);
+                      "%s (lengths %d): band %d (%lld, %lld), want %d (%lld, %lld)", cases[i].spec,
+                      lengths, t->band, (long long)left, (long long)right, cases[i].band,
+                      (long long)cases[i].left, (long long)cases[i].right);
             }
             stof_mask_destroy(m);
             stof_mask_spec_destroy(spec);

@@ -443,7 +443,8 @@ static int check_band(const mask_tiles *t, int b, const uint8_t *want, int lq, i
             const int64_t d = (int64_t)j - (i + off);
             const int vis = i < len_q && j < len_k && d >= -t->band_left && d <= t->band_right;
             if (want[(size_t)i * lk + j] != vis) {
-                fprintf(stderr, "  band (%lld, %lld), but (b %d) (%d, %d) is %d in the oracle: %s\n",
+                fprintf(stderr,
+                        "  band (%lld, %lld), but (b %d) (%d, %d) is %d in the oracle: %s\n",
                         (long long)t->band_left, (long long)t->band_right, b, i, j,
                         want[(size_t)i * lk + j], desc);
                 return 1;

@@ -69,6 +69,7 @@
  */
 #include "attn/attn.h"
 #include "attn/grid.cuh"
+#include "attn/mods.cuh"
 #include "attn/select.h"
 #include "attn/sm90.cuh"
 #include "core/hopper.cuh"
@@ -84,9 +85,11 @@
 #define WS_KV_BLOCK (WS_BLOCK_N * 128) /* one 64-element column block of a K/V tile */
 #define WS_KV_TILE (WS_BLOCK_N * WS_D * 2)
 #define WS_CONSUMERS 256 /* threads of the two consumer warpgroups */
-/* Q, two K and two V stages, ten mbarriers; 1024 bytes of slack to align the base. */
+/* Q, two K and two V stages, ten mbarriers, the modifiers (ws_mods); 1024
+ * bytes of slack to align the base. */
 #define WS_SMEM ATTN_WS_SMEM_BYTES
-static_assert(WS_SMEM >= 2 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 80, "select.h's figure");
+static_assert(WS_SMEM >= 2 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 80 + sizeof(float[4]),
+              "select.h's figure");
 
 /* The producer's and the consumers' registers per thread: 24 * 128 + 240 *
  * 256 = 64512, the 168 a thread of 384 that __launch_bounds__(384, 1) leaves. */
@@ -142,20 +145,87 @@ static __device__ __forceinline__ void ws_sign_and_mask(float (&s)[64], bool neg
     }
 }
 
-/* Scores of keys before a row's first visible key (lo: rows g and g + 8 of
- * the thread) to -inf, for bands with a left side (ws_sign_and_mask takes the
- * right side). */
-static __device__ __forceinline__ void ws_mask_before(float (&s)[64], int key0, const int (&lo)[2],
-                                                      int t)
+/* Scores of keys before a row's first visible key to -inf, for bands with
+ * a left side (ws_sign_and_mask takes the right side). lo: that key for the
+ * thread's row g, unclamped but for [-2^30, len_k] (ws_row_first); row g +
+ * 8's is lo + 8 (keys are never negative, and those at or past len_k are
+ * masked on the right). */
+static __device__ __forceinline__ void ws_mask_before(float (&s)[64], int key0, int lo, int t)
 {
 #pragma unroll
     for (int j = 0; j < 16; j++) {
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int key = key0 + 8 * j + 2 * t + e;
-            if (key < lo[0]) s[4 * j + e] = -INFINITY;
-            if (key < lo[1]) s[4 * j + 2 + e] = -INFINITY;
+            if (key < lo) s[4 * j + e] = -INFINITY;
+            if (key < lo + 8) s[4 * j + 2 + e] = -INFINITY;
         }
+    }
+}
+
+/* The modifiers this kernel serves, from mods.cuh's context: ALiBi and the
+ * soft cap, in mods.cuh's units (out folded in). The CTA's one copy lives in
+ * shared memory (after the mbarriers) and is read a tile at a time, so that
+ * it holds none of the consumers' registers across the loop. */
+typedef struct ws_mods {
+    float mul;   /* raw q.k to the cap's argument (scale / cap), or without a cap to
+                    out units (scale * out) */
+    float cap;   /* the cap times out; 0: no cap */
+    float slope; /* ALiBi's slope times out; 0: none */
+    int off;     /* a row's position minus the row (bottom-right alignment) */
+} ws_mods;
+
+static __device__ __forceinline__ ws_mods ws_mods_of(const attn_mod_ctx &c, int off)
+{
+    ws_mods m;
+    m.cap = c.cap > 0.0f ? c.cap : 0.0f;
+    m.mul = c.cap > 0.0f ? c.scale * c.inv_cap : c.scale * c.out;
+    m.slope = c.kind == STOF_BIAS_ALIBI ? c.slope : 0.0f;
+    m.off = off; /* the mask's (mask_tiles_offset), which the causal mask's LEFT form needs */
+    return m;
+}
+
+/* mods.cuh's attn_apply_mods for ALiBi and the cap alone (its T5 and tensor
+ * paths cost the consumers registers they do not have): raw q.k becomes
+ * (cap(raw scale) - slope |key - query position|) out. row_g: the
+ * thread's row g; col_t: the key of column 2t of n-block 0. The tests are
+ * uniform: one branch a tile each. LEFT: every visible key is at or left
+ * of its query's position (causal), so that |key - position| is position -
+ * key, and the bias is an FADD and an FFMA a score, no temporary (the
+ * absolute value's made the causal variant spill). ALIBI 0: no ALiBi code
+ * (the band variant: even the form of LEFT spilled there, so a band with
+ * ALiBi stays on blockwise_sm90.cu: select.c's attn_ws_analytic). */
+template <bool LEFT, bool ALIBI>
+static __device__ __forceinline__ void ws_apply_mods(float (&s)[64], const ws_mods *m, int row_g,
+                                                     int col_t)
+{
+    const float cap = m->cap, mul = m->mul, slope = m->slope;
+    if (cap != 0.0f) {
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            s[i] = cap * attn_tanh(s[i] * mul);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            s[i] *= mul;
+    }
+    if (!ALIBI || slope == 0.0f) return;
+    const int rel0 = col_t - (row_g + m->off); /* key - position, element 0 of n-block 0 */
+    if (LEFT) {
+        const float r0 = slope * (float)rel0;
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[4 * j + e] = fmaf(slope, (float)ATTN_MOD_DELTA(j, e), s[4 * j + e] + r0);
+    } else {
+        const float base = (float)rel0;
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[4 * j + e] =
+                    fmaf(-slope, fabsf(base + (float)ATTN_MOD_DELTA(j, e)), s[4 * j + e]);
     }
 }
 
@@ -186,16 +256,18 @@ static __device__ __forceinline__ int ws_key_range(const mask_tiles *t, const at
     return end > beg ? (int)((end - beg + WS_BLOCK_N - 1) / WS_BLOCK_N) : 0;
 }
 
-/* A row's first and last visible key (clamped to [-1, len_k]) for the
- * causal and band variants. */
+/* A row's last visible key (clamped to [-1, len_k - 1]) for the causal and
+ * band variants, and its first (band; clamped to [-2^30, len_k]). */
 template <int MASK>
-static __device__ __forceinline__ void ws_row_keys(const mask_tiles *t, int row, int off, int len_k,
-                                                   int *first, int *last)
+static __device__ __forceinline__ int ws_row_last(const mask_tiles *t, int row, int off, int len_k)
 {
-    const int64_t ia = (int64_t)row + off;
     const int64_t right = MASK == WS_MASK_BAND ? t->band_right : 0;
-    *last = (int)max((int64_t)-1, min((int64_t)len_k - 1, ia + right));
-    *first = MASK == WS_MASK_BAND ? (int)min((int64_t)len_k, max((int64_t)0, ia - t->band_left)) : 0;
+    return (int)max((int64_t)-1, min((int64_t)len_k - 1, (int64_t)row + off + right));
+}
+
+static __device__ __forceinline__ int ws_row_first(const mask_tiles *t, int row, int off, int len_k)
+{
+    return (int)min((int64_t)len_k, max(-((int64_t)1 << 30), (int64_t)row + off - t->band_left));
 }
 
 /* A 1 the compiler cannot see through: the branch it guards ends a basic
@@ -227,7 +299,10 @@ static __device__ __forceinline__ void ws_turn_pass(int c)
         named_bar_arrive<1, WS_CONSUMERS>();
 }
 
-template <int BF16, int MASK>
+/* MODS: scores go through mods.cuh's modifiers (ALiBi, a soft cap) in
+ * natural units and over |scale| (out = 1 / |scale|) before the mask and
+ * softmax; 0: the plain variants, which carry none of that code. */
+template <int BF16, int MASK, int MODS>
 __global__ void __launch_bounds__(384, 1)
     attn_ws_sm90_kernel(const attn_launch a, const __grid_constant__ CUtensorMap q_map,
                         const __grid_constant__ CUtensorMap k_map,
@@ -247,6 +322,7 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t v_full = bars + 40;         /*   [2] V stage landed (tail rows zeroed) */
     const uint32_t v_empty = bars + 56;        /*   [2] V stage read by both consumers */
     const uint32_t v_raw = bars + 72;          /*   the last V tile landed, not yet zeroed */
+    ws_mods *const mods = (ws_mods *)(smem_raw + (bars + 80 - smem_addr(smem_raw))); /* MODS */
 
     const mask_tiles *t = &a.tiles;
     int h, b, x;
@@ -273,6 +349,10 @@ __global__ void __launch_bounds__(384, 1)
             mbar_init(v_empty + 8 * st, WS_CONSUMERS);
         }
         fence_mbar_init();
+        if constexpr (MODS)
+            *mods = ws_mods_of(attn_mod_setup(&a, &s, b, h, NULL, 1,
+                                              a.scale != 0.0f ? 1.0f / fabsf(a.scale) : 0.0f),
+                               off);
     }
     __syncthreads();
 
@@ -333,20 +413,23 @@ __global__ void __launch_bounds__(384, 1)
     const uint64_t q_desc = opaque(sw128_desc(q_tile, 16, 1024));
     const uint64_t k_desc = opaque(sw128_desc(sk, 16, 1024));
     const uint64_t v_desc = opaque(sw128_desc(sv, WS_KV_BLOCK, 1024));
-    const bool negate = a.scale_log2 < 0.0f;
+    /* With modifiers the scores leave them as natural units over |scale|,
+     * signs applied, so that nothing is negated. */
+    const bool negate = !MODS && a.scale_log2 < 0.0f;
     const float scale = fabsf(a.scale_log2);
     /* The last visible key of the thread's rows g and g + 8, and the least of
      * the warpgroup's (a tile past it needs no mask); for a band also the
      * first visible key, and the greatest of the warpgroup's. */
     const int row_w = row0 + c * 64 + warp * 16, row_g = row_w + (lane >> 2);
-    int lim[2] = {s.len_k - 1, s.len_k - 1}, lo[2] = {0, 0};
-    int lim_wg = s.len_k - 1, lo_wg = 0;
+    int lim[2] = {s.len_k - 1, s.len_k - 1}, lim_wg = s.len_k - 1, lo = 0, lo_wg = 0;
     if (MASK != WS_MASK_ALL) {
-        int unused;
-        ws_row_keys<MASK>(t, row_g, off, s.len_k, &lo[0], &lim[0]);
-        ws_row_keys<MASK>(t, row_g + 8, off, s.len_k, &lo[1], &lim[1]);
-        ws_row_keys<MASK>(t, row0 + c * 64, off, s.len_k, &unused, &lim_wg);
-        ws_row_keys<MASK>(t, row0 + c * 64 + 63, off, s.len_k, &lo_wg, &unused);
+        lim[0] = ws_row_last<MASK>(t, row_g, off, s.len_k);
+        lim[1] = ws_row_last<MASK>(t, row_g + 8, off, s.len_k);
+        lim_wg = ws_row_last<MASK>(t, row0 + c * 64, off, s.len_k);
+    }
+    if (MASK == WS_MASK_BAND) {
+        lo = ws_row_first(t, row_g, off, s.len_k);
+        lo_wg = ws_row_first(t, row0 + c * 64 + 63, off, s.len_k);
     }
     auto needs_mask = [&](int key0) {
         return key0 + WS_BLOCK_N - 1 > lim_wg || (MASK == WS_MASK_BAND && key0 < lo_wg);
@@ -354,6 +437,12 @@ __global__ void __launch_bounds__(384, 1)
 
     float o[64], sc[64], m[2] = {-INFINITY, -INFINITY}, l[2], alpha[2], sum[2];
     uint32_t p[8][4];
+    /* The modifiers of the tile from key0, rows g and g + 8. */
+    auto modify = [&](int key0) {
+        if constexpr (MODS)
+            ws_apply_mods<MASK == WS_MASK_CAUSAL, MASK != WS_MASK_BAND>(sc, mods, row_g,
+                                                                        key0 + 2 * tq);
+    };
     /* The band's left side, where the tile reaches before a row's first key. */
     auto mask_before = [&](int key0) {
         if (MASK == WS_MASK_BAND && key0 < lo_wg) ws_mask_before(sc, key0, lo, tq);
@@ -376,6 +465,7 @@ __global__ void __launch_bounds__(384, 1)
     wgmma_wait<0>();
     reg_fence(sc);
     mbar_arrive(k_empty);
+    modify(kbeg);
     ws_sign_and_mask(sc, negate, needs_mask(kbeg), kbeg, lim, tq);
     mask_before(kbeg);
     softmax_tile<true>(sc, scale, m, alpha, sum);
@@ -399,6 +489,7 @@ __global__ void __launch_bounds__(384, 1)
         reg_fence(sc);
         mbar_arrive(k_empty + 8 * st);
         if (ws_opaque_one()) {
+            modify(key0);
             ws_sign_and_mask(sc, negate, needs_mask(key0), key0, lim, tq);
             mask_before(key0);
             softmax_tile<true>(sc, scale, m, alpha, sum);
@@ -437,17 +528,23 @@ __global__ void __launch_bounds__(384, 1)
 typedef void (*ws_kernel_fn)(const attn_launch, const CUtensorMap, const CUtensorMap,
                              const CUtensorMap);
 typedef struct ws_variant {
-    int bf16, mask;
+    int bf16, mask, mods;
     ws_kernel_fn fn;
 } ws_variant;
 
 static const ws_variant ws_variants[] = {
-    {0, WS_MASK_ALL, attn_ws_sm90_kernel<0, WS_MASK_ALL>},
-    {1, WS_MASK_ALL, attn_ws_sm90_kernel<1, WS_MASK_ALL>},
-    {0, WS_MASK_CAUSAL, attn_ws_sm90_kernel<0, WS_MASK_CAUSAL>},
-    {1, WS_MASK_CAUSAL, attn_ws_sm90_kernel<1, WS_MASK_CAUSAL>},
-    {0, WS_MASK_BAND, attn_ws_sm90_kernel<0, WS_MASK_BAND>},
-    {1, WS_MASK_BAND, attn_ws_sm90_kernel<1, WS_MASK_BAND>}};
+    {0, WS_MASK_ALL, 0, attn_ws_sm90_kernel<0, WS_MASK_ALL, 0>},
+    {1, WS_MASK_ALL, 0, attn_ws_sm90_kernel<1, WS_MASK_ALL, 0>},
+    {0, WS_MASK_CAUSAL, 0, attn_ws_sm90_kernel<0, WS_MASK_CAUSAL, 0>},
+    {1, WS_MASK_CAUSAL, 0, attn_ws_sm90_kernel<1, WS_MASK_CAUSAL, 0>},
+    {0, WS_MASK_BAND, 0, attn_ws_sm90_kernel<0, WS_MASK_BAND, 0>},
+    {1, WS_MASK_BAND, 0, attn_ws_sm90_kernel<1, WS_MASK_BAND, 0>},
+    {0, WS_MASK_ALL, 1, attn_ws_sm90_kernel<0, WS_MASK_ALL, 1>},
+    {1, WS_MASK_ALL, 1, attn_ws_sm90_kernel<1, WS_MASK_ALL, 1>},
+    {0, WS_MASK_CAUSAL, 1, attn_ws_sm90_kernel<0, WS_MASK_CAUSAL, 1>},
+    {1, WS_MASK_CAUSAL, 1, attn_ws_sm90_kernel<1, WS_MASK_CAUSAL, 1>},
+    {0, WS_MASK_BAND, 1, attn_ws_sm90_kernel<0, WS_MASK_BAND, 1>},
+    {1, WS_MASK_BAND, 1, attn_ws_sm90_kernel<1, WS_MASK_BAND, 1>}};
 #define WS_NVARIANTS ((int)(sizeof ws_variants / sizeof ws_variants[0]))
 
 static int ws_smem(const ws_variant *v)
@@ -464,21 +561,23 @@ extern "C" stof_status attn_ws_sm90_prepare(void)
 
 extern "C" stof_status attn_ws_sm90_run(const attn_launch *a, void *stream)
 {
-    const int mods = a->mods.bias_kind != STOF_BIAS_NONE || a->mods.softcap > 0.0f;
-    const int analytic =
-        (a->tiles.all_visible || a->tiles.causal || a->tiles.band) && a->split == 1;
+    const int mods = attn_mods_class(a->mods.bias_kind, a->mods.softcap);
+    const int analytic = attn_ws_analytic(a->tiles.all_visible, a->tiles.causal, a->tiles.band,
+                                          a->split, a->mods.bias_kind);
     STOF_REQUIRE(attn_ws_serves(a->head_dim, analytic, mods), STOF_ERR_UNSUPPORTED,
                  "the warp-specialised sm_90 attention kernel serves head dim 128, all-visible, "
-                 "causal or band masks, no bias or soft cap, no split (asked: head dim %d, "
-                 "all-visible %d, causal %d, band %d, split %d, bias or cap %d)",
-                 a->head_dim, a->tiles.all_visible, a->tiles.causal, a->tiles.band, a->split,
-                 mods);
+                 "causal or band masks (bands without ALiBi), no bias, ALiBi or a soft cap, no "
+                 "split (asked: head dim %d, all-visible %d, causal %d, band %d, split %d, "
+                 "modifiers %d (2: a T5 or tensor bias))",
+                 a->head_dim, a->tiles.all_visible, a->tiles.causal, a->tiles.band, a->split, mods);
     const int mask = a->tiles.all_visible ? WS_MASK_ALL
                      : a->tiles.causal    ? WS_MASK_CAUSAL
                                           : WS_MASK_BAND;
     const ws_variant *v = NULL;
     for (int i = 0; i < WS_NVARIANTS && !v; i++)
-        if (ws_variants[i].bf16 == a->bf16 && ws_variants[i].mask == mask) v = &ws_variants[i];
+        if (ws_variants[i].bf16 == a->bf16 && ws_variants[i].mask == mask &&
+            ws_variants[i].mods == (mods != ATTN_MODS_NONE))
+            v = &ws_variants[i];
     STOF_REQUIRE(v, STOF_ERR_INTERNAL, "warp-specialised sm_90 attention: no variant");
     STOF_TRY(attn_ws_sm90_prepare());
     CUtensorMap q_map, k_map, v_map;

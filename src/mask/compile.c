@@ -456,8 +456,7 @@ stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
         if (st == STOF_OK) {
             m->t.all_visible = spec_all_visible(spec, &plan);
             m->t.causal = !m->t.all_visible && spec_causal(spec, &plan);
-            m->t.band = !m->t.all_visible &&
-                        spec_band(spec, &m->t.band_left, &m->t.band_right);
+            m->t.band = !m->t.all_visible && spec_band(spec, &m->t.band_left, &m->t.band_right);
         }
     }
     mask_plan_free(&plan);
