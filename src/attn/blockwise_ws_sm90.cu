@@ -4,13 +4,14 @@
  * (mask.h's all_visible: dense, padded and packed batches, Lq != Lk), the
  * causal mask (mask.h's causal) and analytic bands (mask.h's band: sliding
  * and two-sided windows, within:L:R on a full part), bottom-right alignment
- * included, fp16 and bf16, grouped-query heads read in place. Everything
- * else (other masks, a
- * bias or soft cap, other head dims, split masks) stays on blockwise_sm90.cu,
- * whose contract this kernel keeps: online softmax in the log2 domain, rows
- * with nothing visible and rows past a sequence write zeros, keys past a
- * sequence masked out of S and their V rows zeroed before P V (the memory
- * there may hold NaN, and P = 0 times NaN is NaN).
+ * included, fp16 and bf16, grouped-query heads read in place, with no
+ * modifier, a soft cap, ALiBi (not on a band) or both (mods.cuh's
+ * definitions; ws_apply_mods). Everything else (other masks, T5 and tensor
+ * biases, ALiBi on a band, other head dims, split masks) stays on
+ * blockwise_sm90.cu, whose contract this kernel keeps: online softmax in
+ * the log2 domain, rows with nothing visible and rows past a sequence write
+ * zeros, keys past a sequence masked out of S and their V rows zeroed before
+ * P V (the memory there may hold NaN, and P = 0 times NaN is NaN).
  *
  * Why a second kernel. At head dim 128 blockwise_sm90.cu ran 470-526 TFLOP/s
  * on an H200 where cuDNN's SDPA runs 590-660: its consumer warpgroups issue
