@@ -487,7 +487,8 @@ static void run_case(acase *c, const char *tag)
      * also 8 warps of 16 rows and 4 of 32, the latter up to head dim 64), then
      * the sm_90 kernel forced and in each configuration (one warpgroup of 64
      * rows; on 128-row tiles also two of 64 rows each), and the warp-specialised
-     * sm_90 kernel forced where it serves (head dim 128, all-visible or causal). */
+     * sm_90 kernel forced where it serves (head dim 128, all-visible, causal or
+     * a band). */
     const run_kind runs[10] = {{STOF_ATTN_AUTO, 0, 0, "auto"},
                               {STOF_ATTN_BLOCKWISE, 0, 0, "blockwise"},
                               {STOF_ATTN_ROWWISE, 0, 0, "rowwise"},
@@ -503,7 +504,7 @@ static void run_case(acase *c, const char *tag)
     bool split_wide = mask && stof_mask_tiles_view(mask)->split > ATTN_SM90_MAX_SPLIT;
     bool sm90_case = sm90_ok && blockwise_ok && (c->D == 64 || c->D == 128) && !split_wide;
     const mask_tiles *tv = mask ? stof_mask_tiles_view(mask) : NULL;
-    bool ws_case = sm90_ok && c->D == 128 && tv && (tv->all_visible || tv->causal) &&
+    bool ws_case = sm90_ok && c->D == 128 && tv && (tv->all_visible || tv->causal || tv->band) &&
                    tv->split == 1;
     for (int kk = 0; mask && kk < (on_gpu ? 10 : 1); kk++) {
         const run_kind *rk = &runs[kk];

@@ -10,10 +10,11 @@
  * offset), top-left}, L in {1, 17, 128, 1000, 4097}. Every case runs under
  * AUTO (a bias or cap at head dim 64/128: the sm_90 kernel on Hopper) and
  * block-wise forced; where the call has no modifier and a common head dim,
- * the row-wise and both sm_90 kernels forced too (they read K/V by head group; the
- * warp-specialised one where it serves: head dim 128, dense or causal). A second sweep
- * (ws_sweep) covers that kernel's own ground, a third (ws_multi_sweep) its
- * persistent CTAs walking many work items. Inputs are fresh random
+ * the row-wise and the sm_90 kernel forced too (they read K/V by head group), and the
+ * warp-specialised one forced wherever it serves (head dim 128; dense, causal and band
+ * masks; no bias, ALiBi or a soft cap). A second sweep (ws_sweep) covers that kernel's
+ * own ground, a third (ws_multi_sweep) its persistent CTAs walking many work items.
+ * Inputs are fresh random
  * values with NaN in every padding row; the output is poisoned (NaN) before every run; rows with no
  * visible key must come back as exact zeros. Long rows are checked on a sample of query rows.
  * STOF_TEST_MAX_L=N skips cases longer than N (the sanitizer's subset);
@@ -35,6 +36,7 @@ static test_rng rng;
 static stof_ctx *ctx;
 static int runs_done, runs_skipped;
 static bool ws_only; /* STOF_TEST_WS_ONLY */
+static bool ws_here; /* the warp-specialised kernel runs here (sm_90a built, a 9.0 device) */
 
 typedef struct dcase {
     const char *mask; /* spec text */
@@ -47,6 +49,7 @@ typedef struct dcase {
     int t5_buckets, t5_bidir, t5_maxd;
     stof_dtype bias_dt; /* tensor bias */
     bool bias_bcast;    /* tensor [1, H, Lq, Lk] */
+    bool want_ws;       /* the warp-specialised kernel must serve it forced (where ws_here) */
     char name[200];
 } dcase;
 
@@ -265,8 +268,9 @@ static void run_case(dcase *c)
         c->bias_kind != STOF_BIAS_NONE || c->softcap > 0.0f || D == 80 || D == 96 || D == 256;
     const stof_attn_kernel kernels[5] = {STOF_ATTN_AUTO, STOF_ATTN_BLOCKWISE, STOF_ATTN_ROWWISE,
                                          STOF_ATTN_BLOCKWISE_SM90, STOF_ATTN_BLOCKWISE_SM90_WS};
-    for (int kk = 0; mask && kk < (general ? 2 : 5); kk++) {
+    for (int kk = 0; mask && kk < 5; kk++) {
         if (ws_only && kk != 0 && kernels[kk] != STOF_ATTN_BLOCKWISE_SM90_WS) continue;
+        if (general && (kk == 2 || kk == 3)) continue; /* no modifier variants there */
         stof_attn_params p = stof_attn_default_params();
         p.kernel = kernels[kk];
         p.bias_kind = c->bias_kind;
@@ -276,6 +280,8 @@ static void run_case(dcase *c)
         p.softcap = c->softcap;
         stof_attn_choice ch;
         if (kk > 0 && stof_attention_select(ctx, &p, &q, mask, &ch) != STOF_OK) {
+            CHECK(!(c->want_ws && ws_here && kernels[kk] == STOF_ATTN_BLOCKWISE_SM90_WS),
+                  "%s: the warp-specialised kernel refused it: %s", c->name, stof_last_error());
             runs_skipped++; /* a forced kernel that cannot serve these tiles or this head dim */
             continue;
         }
@@ -429,12 +435,15 @@ static void sweep(void)
 
 /* The warp-specialised sm_90 kernel's ground (blockwise_ws_sm90.cu), every
  * case under AUTO (which picks it on Hopper) and with each kernel forced:
- * head dim 128, fp16 and bf16, dense and causal, L in {1, 17, 128, 129,
- * 1000, 4097} (129: a second row block of one row, and a key tile of one
- * key), Lq = Lk, Lq < Lk bottom-right and top-left, one length, per-entry
- * lengths (padded) and packed, MHA, GQA 4:1 and MQA. The axes after the
- * length and mask rotate with the case number so that every pair of values
- * meets. */
+ * head dim 128, fp16 and bf16, dense, causal and bands (mask.h: a sliding
+ * window window:W:0, a two-sided window whose right side passes a key
+ * tile, within:L:R on a full part, a narrow window:3:1), L in {1, 17, 128,
+ * 129, 1000, 4097} (129: a second row block of one row, and a key tile of
+ * one key), Lq = Lk, Lq < Lk bottom-right and top-left, one length,
+ * per-entry lengths (padded) and packed, MHA, GQA 4:1 and MQA; each case
+ * plain, then with ALiBi, a soft cap or both. The axes after the length and
+ * mask rotate with the case number so that every pair of values meets. The
+ * forced warp-specialised run must be served (ALiBi on a band excepted). */
 static void ws_sweep(void)
 {
     static const int lens[] = {1, 17, 128, 129, 1000, 4097};
@@ -442,7 +451,7 @@ static void ws_sweep(void)
     const int max_l = max_env ? atoi(max_env) : 1 << 30;
     int n = 0;
     for (int li = 0; li < 6; li++)
-        for (int causal = 0; causal < 2; causal++)
+        for (int mi = 0; mi < 6; mi++)
             for (int layout = 0; layout < 3; layout++, n++) { /* one length, padded, packed */
                 const int L = lens[li];
                 if (L > max_l) continue;
@@ -450,23 +459,39 @@ static void ws_sweep(void)
                 memset(&c, 0, sizeof c);
                 c.D = 128;
                 c.dt = (n + li) % 2 ? STOF_BF16 : STOF_F16;
-                const int heads = (n + causal) % 3; /* MHA, GQA 4:1, MQA */
+                const int heads = (n + mi) % 3; /* MHA, GQA 4:1, MQA */
                 c.H = heads == 0 ? 4 : 8;
                 c.Hkv = heads == 0 ? 4 : heads == 1 ? 2 : 1;
                 c.B = L >= 1000 ? 2 : 3;
                 const int offset_kind = (n / 3 + layout) % 3; /* Lq = Lk, bottom-right, top-left */
                 c.Lk = L;
                 c.Lq = offset_kind != 0 && L > 1 ? (L + 2) / 3 : L;
-                static char text[32];
-                snprintf(text, sizeof text, "%s%s", causal ? "causal" : "full",
-                         offset_kind == 2 ? ",topleft" : "");
+                static char text[64], part[48];
+                const int w = L / 3 + 5, r = L / 5 + 130;
+                switch (mi) {
+                case 0: snprintf(part, sizeof part, "full"); break;
+                case 1: snprintf(part, sizeof part, "causal"); break;
+                case 2: snprintf(part, sizeof part, "window:%d:0", w); break;
+                case 3: snprintf(part, sizeof part, "window:%d:%d", w, r); break;
+                case 4: snprintf(part, sizeof part, "full,within:%d:%d", L / 7 + 200, L / 9); break;
+                default: snprintf(part, sizeof part, "window:3:1"); break;
+                }
+                snprintf(text, sizeof text, "%s%s", part, offset_kind == 2 ? ",topleft" : "");
                 c.mask = text;
+                c.want_ws = true;
                 c.lengths = layout > 0;
                 c.packed = layout == 2;
                 for (int b = 0; b < c.B; b++) {
                     c.lens_k[b] = b == 0 || !c.lengths ? c.Lk : (int)test_rng_int(&rng, 1, c.Lk);
                     c.lens_q[b] = b == 0 || !c.lengths ? c.Lq : (int)test_rng_int(&rng, 1, c.Lq);
                 }
+                run_case(&c);
+                /* Again with ALiBi, a soft cap or both (ALiBi on a band stays
+                 * on the other kernels: not the warp-specialised one's). */
+                const int mod = 1 + n % 3;
+                c.bias_kind = mod != 2 ? STOF_BIAS_ALIBI : STOF_BIAS_NONE;
+                c.softcap = mod != 1 ? 8.0f + (float)(n % 5) * 6.0f : 0.0f;
+                c.want_ws = mi < 2 || c.bias_kind == STOF_BIAS_NONE;
                 run_case(&c);
             }
 }
@@ -547,6 +572,9 @@ int main(void)
     CHECK_OK(stof_ctx_create(&cp, &ctx));
     if (!ctx) return test_finish("test_attn_gpu_decoder");
     ws_only = getenv("STOF_TEST_WS_ONLY") != NULL;
+#ifdef STOF_HAVE_ATTN_SM90
+    ws_here = ctx->cc_major == 9 && ctx->cc_minor == 0;
+#endif
     if (!ws_only) sweep();
     ws_sweep();
     ws_multi_sweep();

@@ -396,8 +396,8 @@ static void test_sm90_rule(void)
     CHECK(strstr(stof_last_error(), "32x32") != NULL, "message: %s", stof_last_error());
 }
 
-/* Rule 4: head dim 128 with an all-visible or causal mask (no split, no
- * modifiers) takes the warp-specialised kernel where rule 3 would run the
+/* Rule 4: head dim 128 with an all-visible, causal or band mask (no split,
+ * no modifiers) takes the warp-specialised kernel where rule 3 would run the
  * wgmma kernel; forcing either sm_90 kernel gets that one. */
 static void test_ws_rule(void)
 {
@@ -409,12 +409,31 @@ static void test_ws_rule(void)
     p.analytic = 1;
     check_choice("dense 4096 head dim 128", p, d, STOF_ATTN_BLOCKWISE_SM90_WS, 0, 0);
     CHECK(attn_ws_serves(128, 1, 0) && !attn_ws_serves(64, 1, 0) && !attn_ws_serves(128, 0, 0) &&
-              !attn_ws_serves(128, 1, 1),
+              attn_ws_serves(128, 1, ATTN_MODS_ALIBI_CAP) &&
+              !attn_ws_serves(128, 1, ATTN_MODS_TABLE),
           "attn_ws_serves");
+    /* Which masks it walks without the list, under which bias (attn_ws_analytic). */
+    CHECK(attn_ws_analytic(1, 0, 0, 1, STOF_BIAS_ALIBI) &&
+              attn_ws_analytic(0, 1, 1, 1, STOF_BIAS_ALIBI) &&
+              attn_ws_analytic(0, 0, 1, 1, STOF_BIAS_NONE) &&
+              !attn_ws_analytic(0, 0, 1, 1, STOF_BIAS_ALIBI) && !attn_ws_analytic(0, 0, 0, 1, 0) &&
+              !attn_ws_analytic(0, 0, 1, 2, STOF_BIAS_NONE),
+          "attn_ws_analytic");
+    CHECK(attn_mods_class(STOF_BIAS_NONE, 0.0f) == ATTN_MODS_NONE &&
+              attn_mods_class(STOF_BIAS_ALIBI, 0.0f) == ATTN_MODS_ALIBI_CAP &&
+              attn_mods_class(STOF_BIAS_NONE, 30.0f) == ATTN_MODS_ALIBI_CAP &&
+              attn_mods_class(STOF_BIAS_ALIBI, 30.0f) == ATTN_MODS_ALIBI_CAP &&
+              attn_mods_class(STOF_BIAS_T5, 0.0f) == ATTN_MODS_TABLE &&
+              attn_mods_class(STOF_BIAS_TENSOR, 30.0f) == ATTN_MODS_TABLE,
+          "attn_mods_class");
     CHECK(ATTN_WS_SMEM_BYTES == 32768 + 131072 + 1024 + 128, "ws smem %d", ATTN_WS_SMEM_BYTES);
     p = causal(1, 32, 8192, 128, 128, 64, 64.0);
     p.analytic = 1;
     check_choice("causal 8192 head dim 128", p, d, STOF_ATTN_BLOCKWISE_SM90_WS, 0, 0);
+    /* A sliding window (window:4096:0) over 16384 keys: a band, 65 listed tiles a row. */
+    attn_problem w = problem(1, 32, 16384, 128, 128, 64, 65.0);
+    w.analytic = 1;
+    check_choice("window:4096:0 at 16384 head dim 128", w, d, STOF_ATTN_BLOCKWISE_SM90_WS, 0, 0);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90, &ch));
     CHECK(ch.kernel == STOF_ATTN_BLOCKWISE_SM90, "forced old sm_90: kernel %d", ch.kernel);
     CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90_WS, &ch));
@@ -428,9 +447,18 @@ static void test_ws_rule(void)
     CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90_WS, &ch), STOF_ERR_UNSUPPORTED);
     CHECK(strstr(stof_last_error(), "another mask") != NULL, "message: %s", stof_last_error());
     p.analytic = 1;
-    p.mods = 1;
+    /* ALiBi or a soft cap: the warp-specialised kernel under AUTO and forced,
+     * the older one forced; a T5 or tensor bias refused by name. */
+    p.mods = ATTN_MODS_ALIBI_CAP;
+    check_choice("ALiBi or a cap at head dim 128", p, d, STOF_ATTN_BLOCKWISE_SM90_WS, 0, 0);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90_WS, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE_SM90_WS, "forced ws with a cap: kernel %d", ch.kernel);
+    CHECK_OK(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90, &ch));
+    CHECK(ch.kernel == STOF_ATTN_BLOCKWISE_SM90, "forced sm_90 with a cap: kernel %d", ch.kernel);
+    p.mods = ATTN_MODS_TABLE;
+    check_choice("T5 bias at head dim 128", p, d, STOF_ATTN_BLOCKWISE_SM90, 0, 0);
     CHECK_STATUS(attn_select(&p, &d, STOF_ATTN_BLOCKWISE_SM90_WS, &ch), STOF_ERR_UNSUPPORTED);
-    CHECK(strstr(stof_last_error(), "a bias or soft cap") != NULL, "message: %s",
+    CHECK(strstr(stof_last_error(), "a T5 or tensor bias") != NULL, "message: %s",
           stof_last_error());
     p.mods = 0;
     CHECK_STATUS(attn_select(&p, &a, STOF_ATTN_BLOCKWISE_SM90_WS, &ch), STOF_ERR_UNSUPPORTED);

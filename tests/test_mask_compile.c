@@ -344,6 +344,84 @@ static void test_causal_flag(stof_ctx *ctx)
     }
 }
 
+/* The band flag (mask.h): which masks are analytic bands and with which
+ * sides (-1: open), at either alignment, with and without per-entry lengths;
+ * dilated, global, random, multi-part unions with other parts and split
+ * masks are not. test_mask_gen.c holds every flagged random case to the
+ * oracle. */
+static void test_band_flag(stof_ctx *ctx)
+{
+    static const struct {
+        const char *spec;
+        int band;
+        int64_t left, right;
+    } cases[] = {{"causal", 1, -1, 0},
+                 {"causal,topleft", 1, -1, 0},
+                 {"full,within:causal", 1, -1, 0},
+                 {"window:4096:0", 1, 4096, 0},
+                 {"window:100:37", 1, 100, 37},
+                 {"window:5", 1, 5, 5},
+                 {"window:5,topleft", 1, 5, 5},
+                 {"full,within:300:20", 1, 300, 20},
+                 {"causal,within:64", 1, 64, 0},
+                 {"window:10:2,window:3:40", 1, 10, 40},
+                 {"window:10:2,causal", 1, -1, 2},
+                 {"window:100:37,within:50:60", 1, 50, 37},
+                 {"full", 0, 0, 0},
+                 {"full,causal", 0, 0, 0},
+                 {"dilated:4x2", 0, 0, 0},
+                 {"dilated:4x3", 0, 0, 0},
+                 {"global:2", 0, 0, 0},
+                 {"window:16,global:2", 0, 0, 0},
+                 {"causal,global:2", 0, 0, 0},
+                 {"window:64,random:64x2@3", 0, 0, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int lengths = 0; lengths < 2; lengths++) {
+            stof_mask_spec *spec = NULL;
+            CHECK_OK(stof_mask_spec_parse(cases[i].spec, &spec));
+            stof_mask_params p = stof_mask_default_params();
+            p.batch = 2;
+            p.len_q = 300;
+            p.len_k = 700;
+            int32_t lq[2] = {300, 17}, lk[2] = {700, 650};
+            int64_t n = 2;
+            stof_tensor tq = stof_tensor_make(lq, STOF_I32, STOF_MEM_HOST, 1, &n);
+            stof_tensor tk = stof_tensor_make(lk, STOF_I32, STOF_MEM_HOST, 1, &n);
+            if (lengths) {
+                p.lengths_q = &tq;
+                p.lengths_k = &tk;
+            }
+            stof_mask *m = NULL;
+            CHECK_OK(stof_mask_compile(ctx, spec, &p, &m));
+            if (m) {
+                const mask_tiles *t = stof_mask_tiles_view(m);
+                const int64_t left = t->band_left >= MASK_TILES_OPEN ? -1 : t->band_left;
+                const int64_t right = t->band_right >= MASK_TILES_OPEN ? -1 : t->band_right;
+                CHECK(t->band == cases[i].band &&
+                          (!t->band || (left == cases[i].left && right == cases[i].right)),
+                      "%s (lengths %d): band %d (%lld, %lld), want %d (%lld, %lld)", cases[i].spec,
+                      lengths, t->band, (long long)left, (long long)right, cases[i].band,
+                      (long long)cases[i].left, (long long)cases[i].right);
+            }
+            stof_mask_destroy(m);
+            stof_mask_spec_destroy(spec);
+        }
+    }
+    /* A dilated mask stored split is a band over its classes, not a band. */
+    stof_mask_spec *spec = NULL;
+    CHECK_OK(stof_mask_spec_parse("dilated:3x4", &spec));
+    stof_mask_params p = stof_mask_default_params();
+    p.len_q = p.len_k = 64;
+    stof_mask *m = NULL;
+    CHECK_OK(stof_mask_compile(ctx, spec, &p, &m));
+    if (m)
+        CHECK(stof_mask_tiles_view(m)->split == 4 && !stof_mask_tiles_view(m)->band,
+              "dilated:3x4 at 64: split %d band %d", stof_mask_tiles_view(m)->split,
+              stof_mask_tiles_view(m)->band);
+    stof_mask_destroy(m);
+    stof_mask_spec_destroy(spec);
+}
+
 /* Dilated masks stored split by residue class (mask.h): when the compiler
  * splits and when it must not, and a split mask read back (decode, stats,
  * tile choice) as the mask it stands for. */
@@ -546,6 +624,7 @@ int main(void)
     test_tile_rule(ctx);
     test_row_imbalance(ctx);
     test_causal_flag(ctx);
+    test_band_flag(ctx);
     test_residue_split(ctx);
     test_band_estimate(ctx);
     test_words(&r, 300);

@@ -410,20 +410,23 @@ static int check_all_visible(const mask_tiles_host *h, const char *desc)
     return bad;
 }
 
-/* What a mask flagged causal promises the kernels that skip its tile list
- * (mask.h): the oracle's plane of entry b is exactly j <= i + off for
- * i < len_q, j < len_k (off: len_k - len_q under bottom-right alignment). */
-static int check_causal(const mask_tiles *t, int b, const uint8_t *want, int lq, int lk,
-                        const char *desc)
+/* What a mask flagged causal or band promises the kernels that skip its
+ * tile list (mask.h): the oracle's plane of entry b is exactly i + off - left
+ * <= j <= i + off + right for i < len_q, j < len_k (off: len_k - len_q under
+ * bottom-right alignment); causal is (open, 0), a band its own sides. */
+static int check_interval(const mask_tiles *t, int b, const uint8_t *want, int lq, int lk,
+                          int64_t left, int64_t right, const char *what, const char *desc)
 {
     const int bi = t->bm > 1 ? b : 0, len_q = t->len_q[bi], len_k = t->len_k[bi];
     const int64_t off = mask_tiles_offset(t, len_q, len_k);
     for (int i = 0; i < lq; i++)
         for (int j = 0; j < lk; j++) {
-            const int vis = i < len_q && j < len_k && j <= i + off;
+            const int64_t d = (int64_t)j - (i + off);
+            const int vis = i < len_q && j < len_k && d >= -left && d <= right;
             if (want[(size_t)i * lk + j] != vis) {
-                fprintf(stderr, "  causal, but (b %d) (%d, %d) is %d in the oracle: %s\n", b, i, j,
-                        want[(size_t)i * lk + j], desc);
+                fprintf(stderr, "  %s (%lld, %lld), but (b %d) (%d, %d) is %d in the oracle: %s\n",
+                        what, (long long)left, (long long)right, b, i, j, want[(size_t)i * lk + j],
+                        desc);
                 return 1;
             }
         }
@@ -532,7 +535,12 @@ static int check_mask_case(const gen_case *g, stof_mask *mask)
                 bad++;
                 continue;
             }
-            if (t->causal) bad += check_causal(t, b, want, g->lq, g->lk, g->desc);
+            if (t->causal)
+                bad +=
+                    check_interval(t, b, want, g->lq, g->lk, MASK_TILES_OPEN, 0, "causal", g->desc);
+            if (t->band)
+                bad += check_interval(t, b, want, g->lq, g->lk, t->band_left, t->band_right, "band",
+                                      g->desc);
             st = stof_mask_decode(mask, b, hh, got, plane);
             if (st != STOF_OK || memcmp(want, got, plane) != 0) {
                 size_t k = 0;

@@ -358,7 +358,7 @@ static stof_status sm90_takes_split(int split)
     return STOF_OK;
 }
 
-static attn_problem problem_of(const attn_shape *s, stof_mask *mask)
+static attn_problem problem_of(const attn_shape *s, const stof_attn_params *params, stof_mask *mask)
 {
     const mask_tiles *t = stof_mask_tiles_view(mask);
     const mask_estimate *e = stof_mask_estimate_view(mask);
@@ -375,8 +375,8 @@ static attn_problem problem_of(const attn_shape *s, stof_mask *mask)
     p.tiles_per_row = e ? e->tiles_per_row : (double)t->n_tcol;
     p.row_imbalance = e ? e->row_imbalance : 1.0;
     p.even_full = t->all_visible && t->bm == 1 && t->split == 1;
-    p.analytic = (t->all_visible || t->causal) && t->split == 1;
-    p.mods = s->mods;
+    p.analytic = attn_ws_analytic(t->all_visible, t->causal, t->band, t->split, params->bias_kind);
+    p.mods = s->mods ? attn_mods_class(params->bias_kind, params->softcap) : ATTN_MODS_NONE;
     return p;
 }
 
@@ -413,7 +413,7 @@ static stof_status choose(stof_ctx *ctx, const stof_attn_params *p, const attn_s
                      "has tiles %dx%d and the head dim is %lld",
                      t->tile_m, t->tile_n, (long long)s->D);
 #endif
-    attn_problem prob = problem_of(s, mask);
+    attn_problem prob = problem_of(s, p, mask);
     attn_device dev = device_of(ctx);
     if (t->split > ATTN_SM90_MAX_SPLIT) {
         if (p->kernel == STOF_ATTN_BLOCKWISE_SM90) return sm90_takes_split(t->split);
@@ -542,7 +542,7 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
                      (int)ch.kernel);
         if (ch.kernel == STOF_ATTN_BLOCKWISE_SM90_WS) {
             /* The selector's checks (device, build, head dim, mask, modifiers). */
-            attn_problem prob = problem_of(&s, mask);
+            attn_problem prob = problem_of(&s, &p, mask);
             attn_device dev = device_of(ctx);
             STOF_TRY(attn_select(&prob, &dev, STOF_ATTN_BLOCKWISE_SM90_WS, &ch));
         } else if (ch.kernel == STOF_ATTN_BLOCKWISE_SM90) {

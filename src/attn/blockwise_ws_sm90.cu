@@ -1,14 +1,17 @@
 /*
  * blockwise_ws_sm90.cu — attention at head dim 128 on Hopper (sm_90a) with
  * warp specialisation, for the masks that need no tile list: all-visible ones
- * (mask.h's all_visible: dense, padded and packed batches, Lq != Lk) and the
- * causal mask (mask.h's causal, bottom-right alignment included), fp16 and
- * bf16, grouped-query heads read in place. Everything else (other masks, a
- * bias or soft cap, other head dims, split masks) stays on blockwise_sm90.cu,
- * whose contract this kernel keeps: online softmax in the log2 domain, rows
- * with nothing visible and rows past a sequence write zeros, keys past a
- * sequence masked out of S and their V rows zeroed before P V (the memory
- * there may hold NaN, and P = 0 times NaN is NaN).
+ * (mask.h's all_visible: dense, padded and packed batches, Lq != Lk), the
+ * causal mask (mask.h's causal) and analytic bands (mask.h's band: sliding
+ * and two-sided windows, within:L:R on a full part), bottom-right alignment
+ * included, fp16 and bf16, grouped-query heads read in place, with no
+ * modifier, a soft cap, ALiBi (not on a band) or both (mods.cuh's
+ * definitions; ws_apply_mods). Everything else (other masks, T5 and tensor
+ * biases, ALiBi on a band, other head dims, split masks) stays on
+ * blockwise_sm90.cu, whose contract this kernel keeps: online softmax in
+ * the log2 domain, rows with nothing visible and rows past a sequence write
+ * zeros, keys past a sequence masked out of S and their V rows zeroed before
+ * P V (the memory there may hold NaN, and P = 0 times NaN is NaN).
  *
  * Why a second kernel. At head dim 128 blockwise_sm90.cu ran 470-526 TFLOP/s
  * on an H200 where cuDNN's SDPA runs 590-660: its consumer warpgroups issue
@@ -70,7 +73,15 @@
  * off = len_k - len_q under bottom-right alignment, 0 under top-left), so no
  * tile past the diagonal is loaded; tiles crossing it are masked by index.
  * The heavy-first order of grid.cuh applies (attention.c sets it from the
- * mask's row imbalance).
+ * mask's row imbalance). A band (left, right) reads the keys from its
+ * item's first row's first visible key (row0 + off - left, down to a
+ * multiple of 128) to its last live row's last (+ right): producer and
+ * consumers walk the same tiles from there (ws_key_range), and tiles that
+ * reach before a row's first key are masked on that side too
+ * (ws_mask_before). The band variant is a template instance of its own, so
+ * the dense and causal ones carry none of its code. The modifiers (ALiBi,
+ * the soft cap) of an item's head sit in shared memory, one copy a consumer
+ * and an item's parity (ws_mods), written at the item's start.
  *
  * Measured on an H100 against blockwise_sm90.cu in one process
  * (bench/results/attention-ws-2026-11-26-h100.txt): 557-648 TFLOP/s against
@@ -83,6 +94,7 @@
  */
 #include "attn/attn.h"
 #include "attn/grid.cuh"
+#include "attn/mods.cuh"
 #include "attn/select.h"
 #include "attn/sm90.cuh"
 #include "core/hopper.cuh"
@@ -99,11 +111,11 @@
 #define WS_KV_TILE (WS_BLOCK_N * WS_D * 2)
 #define WS_CONSUMERS 256 /* threads of the two consumer warpgroups */
 /* Q, the output staging tiles, two K and two V stages, eleven mbarriers
- * (88 bytes of 128); 1024 bytes of slack to align the base: 197760 bytes.
- * select.h's ATTN_WS_SMEM_BYTES, which the selector checks against the
- * device, predates the output tiles and counts 32 KB less. */
-#define WS_SMEM (4 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 128)
-static_assert(ATTN_WS_SMEM_BYTES + 2 * WS_Q_TILE >= WS_SMEM, "select.h's figure");
+ * (88 bytes of 128), the consumers' modifiers (4 x 16 bytes of 128); 1024
+ * bytes of slack to align the base: 197888 bytes, select.h's figure, which
+ * the selector checks against the device. */
+#define WS_SMEM ATTN_WS_SMEM_BYTES
+static_assert(WS_SMEM >= 4 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 128 + 4 * 16, "select.h's figure");
 
 /* The producer's and the consumers' registers per thread: 40 * 128 + 224 *
  * 256 = 62464 of the 64512 (168 a thread of 384) that __launch_bounds__(384,
@@ -163,6 +175,108 @@ static __device__ __forceinline__ void ws_sign_and_mask(float (&s)[64], bool neg
     }
 }
 
+/* Scores of keys before a row's first visible key to -inf, for bands with
+ * a left side (ws_sign_and_mask takes the right side). lo: that key for the
+ * thread's row g, unclamped but for [-2^30, len_k] (ws_row_first); row g +
+ * 8's is lo + 8 (keys are never negative, and those at or past len_k are
+ * masked on the right). */
+static __device__ __forceinline__ void ws_mask_before(float (&s)[64], int key0, int lo, int t)
+{
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int key = key0 + 8 * j + 2 * t + e;
+            if (key < lo) s[4 * j + e] = -INFINITY;
+            if (key < lo + 8) s[4 * j + 2 + e] = -INFINITY;
+        }
+    }
+}
+
+/* The modifiers this kernel serves, from mods.cuh's context: ALiBi and the
+ * soft cap, in mods.cuh's units (out folded in). The CTA's one copy lives in
+ * shared memory (after the mbarriers) and is read a tile at a time, so that
+ * it holds none of the consumers' registers across the loop. */
+typedef struct ws_mods {
+    float mul;   /* raw q.k to the cap's argument (scale / cap), or without a cap to
+                    out units (scale * out) */
+    float cap;   /* the cap times out; 0: no cap */
+    float slope; /* ALiBi's slope times out; 0: none */
+    int off;     /* a row's position minus the row (bottom-right alignment) */
+} ws_mods;
+
+static __device__ __forceinline__ ws_mods ws_mods_of(const attn_mod_ctx &c, int off)
+{
+    ws_mods m;
+    m.cap = c.cap > 0.0f ? c.cap : 0.0f;
+    m.mul = c.cap > 0.0f ? c.scale * c.inv_cap : c.scale * c.out;
+    m.slope = c.kind == STOF_BIAS_ALIBI ? c.slope : 0.0f;
+    m.off = off; /* the mask's (mask_tiles_offset), which the causal mask's LEFT form needs */
+    return m;
+}
+
+/* mods.cuh's attn_apply_mods for ALiBi and the cap alone (its T5 and tensor
+ * paths cost the consumers registers they do not have): raw q.k becomes
+ * (cap(raw scale) - slope |key - query position|) out. row_g: the
+ * thread's row g; col_t: the key of column 2t of n-block 0. The tests are
+ * uniform: one branch a tile each. LEFT: every visible key is at or left
+ * of its query's position (causal), so that |key - position| is position -
+ * key, and the bias is an FADD and an FFMA a score, no temporary (the
+ * absolute value's made the causal variant spill). ALIBI 0: no ALiBi code
+ * (the band variant: even the form of LEFT spilled there, so a band with
+ * ALiBi stays on blockwise_sm90.cu: select.c's attn_ws_analytic). */
+template <bool LEFT, bool ALIBI>
+static __device__ __forceinline__ void ws_apply_mods(float (&s)[64], const ws_mods *m, int row_g,
+                                                     int col_t)
+{
+    const float cap = m->cap, mul = m->mul, slope = m->slope;
+    if (cap != 0.0f) {
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            s[i] = cap * attn_tanh(s[i] * mul);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            s[i] *= mul;
+    }
+    if (!ALIBI || slope == 0.0f) return;
+    const int rel0 = col_t - (row_g + m->off); /* key - position, element 0 of n-block 0 */
+    if (LEFT) {
+        const float r0 = slope * (float)rel0;
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[4 * j + e] = fmaf(slope, (float)ATTN_MOD_DELTA(j, e), s[4 * j + e] + r0);
+    } else {
+        const float base = (float)rel0;
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[4 * j + e] =
+                    fmaf(-slope, fabsf(base + (float)ATTN_MOD_DELTA(j, e)), s[4 * j + e]);
+    }
+}
+
+/* What the mask is to the kernel (a template parameter: the all-visible and
+ * causal variants carry no band code). */
+enum { WS_MASK_ALL = 0, WS_MASK_CAUSAL = 1, WS_MASK_BAND = 2 };
+
+/* A row's last visible key (clamped to [-1, len_k - 1]) for the causal and
+ * band variants, and its first (band; clamped to [-2^30, len_k]). */
+template <int MASK>
+static __device__ __forceinline__ int ws_row_last(const mask_tiles *t, int row, int off, int len_k)
+{
+    const int64_t right = MASK == WS_MASK_BAND ? t->band_right : 0;
+    return (int)max((int64_t)-1, min((int64_t)len_k - 1, (int64_t)row + off + right));
+}
+
+static __device__ __forceinline__ int ws_row_first(const mask_tiles *t, int row, int off, int len_k)
+{
+    return (int)min((int64_t)len_k, max(-((int64_t)1 << 30), (int64_t)row + off - t->band_left));
+}
+
 /* A 1 the compiler cannot see through: the branch it guards ends a basic
  * block, which keeps ptxas from hoisting the next wgmma wait above the work
  * inside it. */
@@ -204,6 +318,7 @@ typedef struct ws_layout {
     uint32_t v_full;  /* [2] V stage landed (tail rows zeroed) */
     uint32_t v_empty; /* [2] V stage read by both consumers */
     uint32_t v_raw;   /* the last V tile of an item landed, not yet zeroed */
+    uint32_t mods;    /* [2 consumers][2 item parities] ws_mods (MODS variants) */
 } ws_layout;
 
 /* The layout in this CTA's dynamic shared memory (its base aligned to 1024
@@ -225,6 +340,7 @@ static __device__ __forceinline__ ws_layout ws_layout_of(void)
     sm.v_empty = bars + 56;
     sm.v_raw = bars + 72;
     sm.q_empty = bars + 80;
+    sm.mods = bars + 128;
     return sm;
 }
 
@@ -251,26 +367,38 @@ static __device__ __forceinline__ bool ws_walk(const attn_launch &a, int t, int 
 typedef struct ws_item {
     attn_seq s;
     int h, b, row0;
-    int off; /* the analytic row offset of the mask's own lengths (mask_tiles_offset) */
-    int n;   /* 128-key tiles read */
+    int off;  /* the analytic row offset of the mask's own lengths (mask_tiles_offset) */
+    int kbeg; /* the first key read (a multiple of 128) */
+    int n;    /* 128-key tiles read from there */
 } ws_item;
 
-/* Keys the item reads: all of the sequence's, or (causal) up to its last
- * live row's diagonal (row + off + 1, off = len_k - len_q under bottom-right
- * alignment, 0 under top-left). Sets w->off and w->n. */
-template <bool CAUSAL>
+/* The keys an item reads, tiles of 128 from w->kbeg: all-visible, every key
+ * of the sequence; causal and bands, from the first live row's first
+ * visible key to the last live row's last one (mask.h, band; off =
+ * len_k - len_q under bottom-right alignment, 0 under top-left). 64-bit
+ * sums: an open side is 2^40. Sets w->off, w->kbeg and w->n. */
+template <int MASK>
 static __device__ __forceinline__ void ws_key_range(const attn_launch *a, ws_item *w)
 {
     const mask_tiles *t = &a->tiles;
     const int bi = t->bm > 1 ? w->b : 0;
     w->off = t->align_end ? t->len_k[bi] - t->len_q[bi] : 0;
-    int kend = w->s.len_k;
-    if (CAUSAL) kend = min(kend, min(w->row0 + WS_BLOCK_M, w->s.len_q) + w->off);
-    w->n = kend > 0 ? (kend + WS_BLOCK_N - 1) / WS_BLOCK_N : 0;
+    int64_t beg = 0, end = w->s.len_k;
+    if (MASK != WS_MASK_ALL) {
+        const int64_t right = MASK == WS_MASK_BAND ? t->band_right : 0;
+        const int64_t last = (int64_t)min(w->row0 + WS_BLOCK_M, w->s.len_q) - 1 + w->off;
+        end = min(end, last + right + 1);
+    }
+    if (MASK == WS_MASK_BAND) {
+        beg = max((int64_t)0, (int64_t)w->row0 + w->off - t->band_left);
+        beg -= beg % WS_BLOCK_N;
+    }
+    w->kbeg = (int)beg;
+    w->n = end > beg ? (int)((end - beg + WS_BLOCK_N - 1) / WS_BLOCK_N) : 0;
 }
 
 /* Work item lin (attn_item_order over row_blocks row blocks a pair). */
-template <bool CAUSAL>
+template <int MASK>
 static __device__ __forceinline__ ws_item ws_item_of(const attn_launch *a, int lin, int row_blocks)
 {
     ws_item w;
@@ -278,7 +406,7 @@ static __device__ __forceinline__ ws_item ws_item_of(const attn_launch *a, int l
     attn_item_order(a, lin, row_blocks, &w.h, &w.b, &x);
     w.row0 = x * WS_BLOCK_M;
     w.s = attn_seq_of(a, w.b, w.h);
-    ws_key_range<CAUSAL>(a, &w);
+    ws_key_range<MASK>(a, &w);
     return w;
 }
 
@@ -291,14 +419,14 @@ static __device__ __forceinline__ bool ws_item_live(const ws_item *w)
 }
 
 /* Whether the CTA has a live item after its t-th. */
-template <bool CAUSAL>
+template <int MASK>
 static __device__ __forceinline__ bool ws_live_after(const attn_launch &a, int t, int row_blocks,
                                                      int units)
 {
     int lin;
     for (int next = t + 1; ws_walk(a, next, row_blocks, units, &lin); next++) {
         if (lin < 0) continue;
-        const ws_item w = ws_item_of<CAUSAL>(&a, lin, row_blocks);
+        const ws_item w = ws_item_of<MASK>(&a, lin, row_blocks);
         if (ws_item_live(&w)) return true;
     }
     return false;
@@ -308,7 +436,7 @@ static __device__ __forceinline__ bool ws_live_after(const attn_launch &a, int t
  * with the previous item's, then its K and V tiles through the ring. g
  * numbers the CTA's tiles across items, so that the ring's stages and
  * parities run on from one item into the next. */
-template <bool CAUSAL>
+template <int MASK>
 static __device__ __forceinline__ void ws_produce(const attn_launch &a, const CUtensorMap *q_map,
                                                   const CUtensorMap *k_map,
                                                   const CUtensorMap *v_map)
@@ -326,7 +454,7 @@ static __device__ __forceinline__ void ws_produce(const attn_launch &a, const CU
     int lin;
     for (int t = 0; ws_walk(a, t, row_blocks, units, &lin); t++) {
         if (lin < 0) continue;
-        const ws_item w = ws_item_of<CAUSAL>(&a, lin, row_blocks);
+        const ws_item w = ws_item_of<MASK>(&a, lin, row_blocks);
         if (!ws_item_live(&w)) continue;
         const int kv_y = w.s.k_row0, kv_h = w.s.kv_head, kv_w = a.cu_k ? 0 : w.b;
         if (lane == 0) {
@@ -341,7 +469,7 @@ static __device__ __forceinline__ void ws_produce(const attn_launch &a, const CU
                                 cb * 64, w.s.q_row0 + w.row0 + c * 64, w.h, q_w);
         }
         for (int i = 0; i < w.n; i++, g++) {
-            const int st = g & 1, key0 = i * WS_BLOCK_N;
+            const int st = g & 1, key0 = w.kbeg + i * WS_BLOCK_N;
             const bool tail = key0 + WS_BLOCK_N > w.s.len_k;
             if (lane == 0) {
                 /* Stage st's previous tile (g - 2) released by both consumers. */
@@ -378,7 +506,7 @@ static __device__ __forceinline__ void ws_produce(const attn_launch &a, const CU
 /* Consumer warpgroup c (0 or 1): rows 64c.. of each live item, zeros for
  * the empty ones. g0 numbers the item's first tile among the CTA's (the
  * producer's g). */
-template <int BF16, bool CAUSAL>
+template <int BF16, int MASK, int MODS>
 static __device__ __forceinline__ void ws_consume(const attn_launch &a)
 {
     const ws_layout sm = ws_layout_of();
@@ -389,31 +517,70 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
     const uint64_t k_desc = opaque(sw128_desc(sm.k, 16, 1024));
     const uint64_t v_desc = opaque(sw128_desc(sm.v, WS_KV_BLOCK, 1024));
     const uint32_t o_tile = sm.o + c * WS_Q_TILE;
-    const bool negate = a.scale_log2 < 0.0f;
+    /* With modifiers the scores leave them as natural units over |scale|,
+     * signs applied, so that nothing is negated. */
+    const bool negate = !MODS && a.scale_log2 < 0.0f;
     const float scale = fabsf(a.scale_log2);
     int g0 = 0, live = 0;
     int lin;
     for (int t = 0; ws_walk(a, t, row_blocks, units, &lin); t++) {
         if (lin < 0) continue;
-        const ws_item w = ws_item_of<CAUSAL>(&a, lin, row_blocks);
+        const ws_item w = ws_item_of<MASK>(&a, lin, row_blocks);
         if (w.row0 >= w.s.store_rows) continue;
         if (!ws_item_live(&w)) {
             store_zero_rows<WS_D, WS_CONSUMERS>(&w.s, &a, w.row0, WS_BLOCK_M,
                                                 (int)threadIdx.x - 128);
             continue;
         }
-        const int n = w.n;
+        const int n = w.n, kbeg = w.kbeg;
         /* The last visible key of the thread's rows g and g + 8, and the
-         * least of the warpgroup's (a tile past it needs no mask). */
+         * least of the warpgroup's (a tile past it needs no mask); for a
+         * band also the first visible key, and the greatest of the
+         * warpgroup's. */
         const int row_w = w.row0 + c * 64 + warp * 16, row_g = row_w + (lane >> 2);
-        int lim[2] = {w.s.len_k - 1, w.s.len_k - 1};
-        int lim_wg = w.s.len_k - 1;
-        if (CAUSAL) {
-            lim[0] = min(lim[0], row_g + w.off);
-            lim[1] = min(lim[1], row_g + 8 + w.off);
-            lim_wg = min(lim_wg, w.row0 + c * 64 + w.off);
+        const int len_k = w.s.len_k;
+        int lim[2] = {len_k - 1, len_k - 1}, lim_wg = len_k - 1, lo = 0, lo_wg = 0;
+        if (MASK != WS_MASK_ALL) {
+            lim[0] = ws_row_last<MASK>(&a.tiles, row_g, w.off, len_k);
+            lim[1] = ws_row_last<MASK>(&a.tiles, row_g + 8, w.off, len_k);
+            lim_wg = ws_row_last<MASK>(&a.tiles, w.row0 + c * 64, w.off, len_k);
         }
-        auto needs_mask = [&](int key0) { return key0 + WS_BLOCK_N - 1 > lim_wg; };
+        if (MASK == WS_MASK_BAND) {
+            lo = ws_row_first(&a.tiles, row_g, w.off, len_k);
+            lo_wg = ws_row_first(&a.tiles, w.row0 + c * 64 + 63, w.off, len_k);
+        }
+        auto needs_mask = [&](int key0) {
+            return key0 + WS_BLOCK_N - 1 > lim_wg || (MASK == WS_MASK_BAND && key0 < lo_wg);
+        };
+        /* The item's modifiers: one thread of the warpgroup writes its copy
+         * for this item's parity, which the warpgroup's barrier publishes (a
+         * warp still on the previous item reads the other copy; none can be
+         * two items behind, having passed the previous item's barrier). */
+        const ws_mods *mods = (const ws_mods *)NULL;
+        if constexpr (MODS) {
+            extern __shared__ __align__(1024) unsigned char smem_raw[];
+            const uint32_t at = sm.mods + (uint32_t)(c * 2 + (live & 1)) * sizeof(ws_mods);
+            ws_mods *mine = (ws_mods *)(smem_raw + (at - smem_addr(smem_raw)));
+            if ((threadIdx.x & 127) == 0)
+                *mine = ws_mods_of(attn_mod_setup(&a, &w.s, w.b, w.h, NULL, 1,
+                                                  a.scale != 0.0f ? 1.0f / fabsf(a.scale) : 0.0f),
+                                   w.off);
+            if (c == 0)
+                named_bar_sync<3, 128>();
+            else
+                named_bar_sync<4, 128>();
+            mods = mine;
+        }
+        /* The modifiers of the tile from key0, rows g and g + 8. */
+        auto modify = [&](int key0) {
+            if constexpr (MODS)
+                ws_apply_mods<MASK == WS_MASK_CAUSAL, MASK != WS_MASK_BAND>(sc, mods, row_g,
+                                                                            key0 + 2 * tq);
+        };
+        /* The band's left side, where the tile reaches before a row's first key. */
+        auto mask_before = [&](int key0) {
+            if (MASK == WS_MASK_BAND && key0 < lo_wg) ws_mask_before(sc, key0, lo, tq);
+        };
 
         float o[64], sc[64], m[2] = {-INFINITY, -INFINITY}, l[2], alpha[2], sum[2];
         uint32_t p[8][4];
@@ -424,7 +591,7 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
         /* The second consumer lets the first issue first, once: from then
          * on the turn passes on from item to item (below). */
         if (c == 1 && live == 0) ws_turn_pass(c);
-        const bool more = c == 1 && ws_live_after<CAUSAL>(a, t, row_blocks, units);
+        const bool more = c == 1 && ws_live_after<MASK>(a, t, row_blocks, units);
         mbar_wait(sm.q_full, live & 1);
 
         /* Tile 0: S_0 and its softmax. */
@@ -439,14 +606,16 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
         reg_fence(sc);
         mbar_arrive(sm.k_empty + 8 * st);
         if (n == 1) mbar_arrive(sm.q_empty);
-        ws_sign_and_mask(sc, negate, needs_mask(0), 0, lim, tq);
+        modify(kbeg);
+        ws_sign_and_mask(sc, negate, needs_mask(kbeg), kbeg, lim, tq);
+        mask_before(kbeg);
         softmax_tile<true>(sc, scale, m, alpha, sum);
         l[0] = sum[0];
         l[1] = sum[1];
         pack_p<BF16>(p, sc);
 
         for (int i = 1; i < n; i++) {
-            const int g = g0 + i, key0 = i * WS_BLOCK_N;
+            const int g = g0 + i, key0 = kbeg + i * WS_BLOCK_N;
             st = g & 1;
             /* K_i, and V_{i-1}, which the producer issued before it. */
             mbar_wait(sm.k_full + 8 * st, (g >> 1) & 1);
@@ -463,7 +632,9 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
             mbar_arrive(sm.k_empty + 8 * st);
             if (i == n - 1) mbar_arrive(sm.q_empty); /* the item's last S: Q is free */
             if (ws_opaque_one()) {
+                modify(key0);
                 ws_sign_and_mask(sc, negate, needs_mask(key0), key0, lim, tq);
+                mask_before(key0);
                 softmax_tile<true>(sc, scale, m, alpha, sum);
             }
             wgmma_wait<0>(); /* O and P's registers are free from here on */
@@ -500,7 +671,11 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
     }
 }
 
-template <int BF16, bool CAUSAL>
+/* MASK: WS_MASK_*; MODS: scores go through mods.cuh's modifiers (ALiBi, a
+ * soft cap) in natural units and over |scale| (out = 1 / |scale|) before
+ * the mask and softmax; 0: the plain variants, which carry none of that
+ * code. */
+template <int BF16, int MASK, int MODS>
 __global__ void __launch_bounds__(384, 1)
     attn_ws_sm90_kernel(const attn_launch a, const __grid_constant__ CUtensorMap q_map,
                         const __grid_constant__ CUtensorMap k_map,
@@ -526,11 +701,11 @@ __global__ void __launch_bounds__(384, 1)
 
     if (threadIdx.x < 128) {
         setmaxnreg_dec<WS_PRODUCER_REGS>();
-        if (threadIdx.x < 32) ws_produce<CAUSAL>(a, &q_map, &k_map, &v_map);
+        if (threadIdx.x < 32) ws_produce<MASK>(a, &q_map, &k_map, &v_map);
         return;
     }
     setmaxnreg_inc<WS_CONSUMER_REGS>();
-    ws_consume<BF16, CAUSAL>(a);
+    ws_consume<BF16, MASK, MODS>(a);
 }
 
 /* ---------------------------------------------------------------- host */
@@ -538,14 +713,23 @@ __global__ void __launch_bounds__(384, 1)
 typedef void (*ws_kernel_fn)(const attn_launch, const CUtensorMap, const CUtensorMap,
                              const CUtensorMap);
 typedef struct ws_variant {
-    int bf16, causal;
+    int bf16, mask, mods;
     ws_kernel_fn fn;
 } ws_variant;
 
-static const ws_variant ws_variants[] = {{0, 0, attn_ws_sm90_kernel<0, false>},
-                                         {1, 0, attn_ws_sm90_kernel<1, false>},
-                                         {0, 1, attn_ws_sm90_kernel<0, true>},
-                                         {1, 1, attn_ws_sm90_kernel<1, true>}};
+static const ws_variant ws_variants[] = {
+    {0, WS_MASK_ALL, 0, attn_ws_sm90_kernel<0, WS_MASK_ALL, 0>},
+    {1, WS_MASK_ALL, 0, attn_ws_sm90_kernel<1, WS_MASK_ALL, 0>},
+    {0, WS_MASK_CAUSAL, 0, attn_ws_sm90_kernel<0, WS_MASK_CAUSAL, 0>},
+    {1, WS_MASK_CAUSAL, 0, attn_ws_sm90_kernel<1, WS_MASK_CAUSAL, 0>},
+    {0, WS_MASK_BAND, 0, attn_ws_sm90_kernel<0, WS_MASK_BAND, 0>},
+    {1, WS_MASK_BAND, 0, attn_ws_sm90_kernel<1, WS_MASK_BAND, 0>},
+    {0, WS_MASK_ALL, 1, attn_ws_sm90_kernel<0, WS_MASK_ALL, 1>},
+    {1, WS_MASK_ALL, 1, attn_ws_sm90_kernel<1, WS_MASK_ALL, 1>},
+    {0, WS_MASK_CAUSAL, 1, attn_ws_sm90_kernel<0, WS_MASK_CAUSAL, 1>},
+    {1, WS_MASK_CAUSAL, 1, attn_ws_sm90_kernel<1, WS_MASK_CAUSAL, 1>},
+    {0, WS_MASK_BAND, 1, attn_ws_sm90_kernel<0, WS_MASK_BAND, 1>},
+    {1, WS_MASK_BAND, 1, attn_ws_sm90_kernel<1, WS_MASK_BAND, 1>}};
 #define WS_NVARIANTS ((int)(sizeof ws_variants / sizeof ws_variants[0]))
 
 static int ws_smem(const ws_variant *v)
@@ -562,17 +746,23 @@ extern "C" stof_status attn_ws_sm90_prepare(void)
 
 extern "C" stof_status attn_ws_sm90_run(const attn_launch *a, void *stream)
 {
-    const int mods = a->mods.bias_kind != STOF_BIAS_NONE || a->mods.softcap > 0.0f;
-    const int analytic = (a->tiles.all_visible || a->tiles.causal) && a->split == 1;
+    const int mods = attn_mods_class(a->mods.bias_kind, a->mods.softcap);
+    const int analytic = attn_ws_analytic(a->tiles.all_visible, a->tiles.causal, a->tiles.band,
+                                          a->split, a->mods.bias_kind);
     STOF_REQUIRE(attn_ws_serves(a->head_dim, analytic, mods), STOF_ERR_UNSUPPORTED,
-                 "the warp-specialised sm_90 attention kernel serves head dim 128, all-visible "
-                 "or causal masks, no bias or soft cap, no split (asked: head dim %d, "
-                 "all-visible %d, causal %d, split %d, bias or cap %d)",
-                 a->head_dim, a->tiles.all_visible, a->tiles.causal, a->split, mods);
-    const int causal = !a->tiles.all_visible;
+                 "the warp-specialised sm_90 attention kernel serves head dim 128, all-visible, "
+                 "causal or band masks (bands without ALiBi), no bias, ALiBi or a soft cap, no "
+                 "split (asked: head dim %d, all-visible %d, causal %d, band %d, split %d, "
+                 "modifiers %d (2: a T5 or tensor bias))",
+                 a->head_dim, a->tiles.all_visible, a->tiles.causal, a->tiles.band, a->split, mods);
+    const int mask = a->tiles.all_visible ? WS_MASK_ALL
+                     : a->tiles.causal    ? WS_MASK_CAUSAL
+                                          : WS_MASK_BAND;
     const ws_variant *v = NULL;
     for (int i = 0; i < WS_NVARIANTS && !v; i++)
-        if (ws_variants[i].bf16 == a->bf16 && ws_variants[i].causal == causal) v = &ws_variants[i];
+        if (ws_variants[i].bf16 == a->bf16 && ws_variants[i].mask == mask &&
+            ws_variants[i].mods == (mods != ATTN_MODS_NONE))
+            v = &ws_variants[i];
     STOF_REQUIRE(v, STOF_ERR_INTERNAL, "warp-specialised sm_90 attention: no variant");
     STOF_TRY(attn_ws_sm90_prepare());
     CUtensorMap q_map, k_map, v_map;

@@ -157,7 +157,12 @@ static stof_attn_choice sm90_choice(const attn_problem *p, const attn_device *de
 
 int attn_ws_serves(int head_dim, int analytic, int mods)
 {
-    return head_dim == 128 && analytic && !mods;
+    return head_dim == 128 && analytic && mods <= ATTN_MODS_ALIBI_CAP;
+}
+
+int attn_ws_analytic(int all_visible, int causal, int band, int split, int bias_kind)
+{
+    return split == 1 && (all_visible || causal || (band && bias_kind != STOF_BIAS_ALIBI));
 }
 
 int attn_ws_usable(const attn_device *dev, const attn_problem *p)
@@ -206,18 +211,26 @@ stof_status attn_select(const attn_problem *p, const attn_device *dev, stof_attn
                      dev->cc / 10, dev->cc % 10, dev->sm90_kernels ? "built" : "not built");
         STOF_REQUIRE(
             attn_ws_usable(dev, p), STOF_ERR_UNSUPPORTED,
-            "the warp-specialised sm_90 kernel serves head dim 128 with an all-visible or "
-            "causal mask (not split) and no bias or soft cap (asked: head dim %d, %s mask, "
-            "%s)",
-            p->head_dim, p->analytic ? "all-visible or causal" : "another",
-            p->mods ? "a bias or soft cap" : "no bias or cap");
+            "the warp-specialised sm_90 kernel serves head dim 128 with an all-visible, "
+            "causal or band mask (not split), with no bias, ALiBi or a soft cap (asked: head "
+            "dim %d, %s mask, %s)",
+            p->head_dim, p->analytic ? "all-visible, causal or band" : "another",
+            p->mods == ATTN_MODS_TABLE ? "a T5 or tensor bias"
+            : p->mods                  ? "ALiBi or a soft cap"
+                                       : "no bias or cap");
         *out = ws_choice(0.0);
         return STOF_OK;
     }
     /* A bias or cap at head dim 64 or 128: the sm_90 kernel's modifier
-     * variants (one warpgroup) where it runs, unless block-wise is forced. */
+     * variants (one warpgroup) where it runs, unless block-wise is forced;
+     * ALiBi and soft caps at head dim 128 on the warp-specialised kernel
+     * (rule 4) unless the sm_90 one is forced. */
     if (p->mods && forced != STOF_ATTN_BLOCKWISE && forced != STOF_ATTN_ROWWISE &&
         attn_sm90_usable(dev, p->head_dim, p->tile_m, p->tile_n)) {
+        if (forced == STOF_ATTN_AUTO && attn_ws_usable(dev, p)) {
+            *out = ws_choice(0.0);
+            return STOF_OK;
+        }
         *out = sm90_choice(p, dev, 0.0);
         out->block_m = 64;
         out->warps = 4;

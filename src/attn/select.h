@@ -98,8 +98,11 @@
  *    The score stays the block-wise figure of 2. (the model is calibrated for
  *    mma.sync; here it only separates block-wise from row-wise).
  *
- * 4. Head dim 128 on sm_90 with an all-visible or causal mask (no split, no
- *    bias or soft cap): where 3. would run the wgmma kernel, the
+ * 4. Head dim 128 on sm_90 with an all-visible, causal or band mask
+ *    (mask_tiles; window:L:R, within:L:R on a full part; no split), with no
+ *    modifier, ALiBi (not on a band) or a soft cap (a T5 or tensor bias
+ *    stays on the sm_90 kernel's modifier variants): where 3. would run the wgmma kernel (with
+ *    a modifier: where the sm_90 kernel would, unless it is forced), the
  *    warp-specialised one (blockwise_ws_sm90.cu: a TMA producer warpgroup
  *    and two consumer warpgroups of 64 rows, 128-key tiles, ping-pong)
  *    runs instead, reported as block_m 128, block_n 128, 12 warps. Its
@@ -163,11 +166,14 @@ typedef struct attn_problem {
     int even_full;        /* the mask holds everywhere and the batch has one length
                              (mask_tiles.all_visible, bm == 1): every row block lists
                              the same tiles */
-    int mods;             /* a bias or a soft cap (attn_mods): modifier variants serve it,
-                             the sm_90 kernel's (one warpgroup) at head dims 64 and 128
-                             where it runs, else the block-wise kernel's (4 warps of
+    int mods;             /* a bias or a soft cap (attn_mods; 0 none, else its
+                             attn_mods_class): modifier variants serve it, the
+                             warp-specialised kernel's for ALiBi and soft caps (rule 4),
+                             else the sm_90 kernel's (one warpgroup) at head dims 64 and
+                             128 where it runs, else the block-wise kernel's (4 warps of
                              64-row blocks) */
-    int analytic;         /* the mask is all-visible or causal (mask_tiles) and not split:
+    int analytic;         /* the mask is all-visible, causal or a band (mask_tiles; a
+                             band without ALiBi) and not split (attn_ws_analytic):
                              the warp-specialised kernel (rule 4) needs no tile list */
 } attn_problem;
 
@@ -217,11 +223,28 @@ int attn_sm90_short_grid(const attn_problem *p, const attn_device *dev);
 int64_t attn_sm90_smem_bytes(int head_dim, int block_m);
 
 /* Rule 4: the warp-specialised sm_90 kernel (blockwise_ws_sm90.cu) serves
- * head dim 128 on all-visible and causal masks (analytic) without a bias or
- * soft cap; its CTA holds two 64-row Q tiles and two 128-key stages of K and
- * V, 1024 bytes to align them and its mbarriers. */
-#define ATTN_WS_SMEM_BYTES (2 * 64 * 128 * 2 + 4 * 128 * 128 * 2 + 1024 + 128)
+ * head dim 128 on all-visible, causal and band masks (analytic), with no
+ * modifier, ALiBi, a soft cap or both (mods <= ATTN_MODS_ALIBI_CAP); its
+ * persistent CTA holds two 64-row Q tiles, two output staging tiles, two
+ * 128-key stages of K and V, 1024 bytes to align them, its mbarriers (128
+ * bytes) and its consumers' modifiers (128). */
+#define ATTN_WS_SMEM_BYTES (4 * 64 * 128 * 2 + 4 * 128 * 128 * 2 + 1024 + 256)
 int attn_ws_serves(int head_dim, int analytic, int mods);
+/* attn_problem.analytic: whether the warp-specialised kernel walks this mask
+ * (mask_tiles' flags) without its tile list under this bias kind: an
+ * all-visible or causal mask, or a band without ALiBi (its band variant has
+ * no registers left for it), not split. */
+int attn_ws_analytic(int all_visible, int causal, int band, int split, int bias_kind);
+
+/* attn_problem.mods: which modifiers a call has. The warp-specialised kernel
+ * computes ALiBi and a soft cap from a few numbers; a T5 table or a bias
+ * tensor stays on the other kernels. */
+enum { ATTN_MODS_NONE = 0, ATTN_MODS_ALIBI_CAP = 1, ATTN_MODS_TABLE = 2 };
+static inline int attn_mods_class(int bias_kind, float softcap)
+{
+    if (bias_kind == STOF_BIAS_T5 || bias_kind == STOF_BIAS_TENSOR) return ATTN_MODS_TABLE;
+    return bias_kind == STOF_BIAS_ALIBI || softcap > 0.0f ? ATTN_MODS_ALIBI_CAP : ATTN_MODS_NONE;
+}
 int attn_ws_usable(const attn_device *dev, const attn_problem *p);
 
 /* The decision. forced: STOF_ATTN_AUTO, _BLOCKWISE, _BLOCKWISE_SM90,

@@ -49,6 +49,8 @@ void mask_point_tiles(stof_mask *m, const mask_plan *plan, void *base)
     t->split = 1;
     t->all_visible = 0;
     t->causal = 0;
+    t->band = 0;
+    t->band_left = t->band_right = MASK_TILES_OPEN;
     t->align_end = plan->align_end;
     m->storage = base;
 }
@@ -312,6 +314,35 @@ static bool spec_causal(const stof_mask_spec *spec, const mask_plan *plan)
     return full ? spec->band_right == 0 : causal_only && spec->band_right >= 0;
 }
 
+/* Whether the spec is an analytic band (mask.h, band) and which: each of
+ * full, causal and window holds on an interval of j - (i + off) containing 0
+ * (full: open both sides, causal: open to the left and 0 to the right), so a
+ * union of them is one interval, [-max left, max right]; the within: band
+ * then cuts it. Any other part (dilated, global, random, blocks, dense) is
+ * not a band. */
+_Static_assert(MASK_TILES_OPEN == MASK_BAND_OPEN, "mask.h's open band side is mask_eval.h's");
+
+static bool spec_band(const stof_mask_spec *spec, int64_t *left, int64_t *right)
+{
+    if (spec->n_parts < 1) return false;
+    int64_t l = 0, r = 0;
+    for (int i = 0; i < spec->n_parts; i++) {
+        const mask_part *p = &spec->parts[i];
+        switch (p->kind) {
+        case MASK_PART_FULL: l = r = MASK_BAND_OPEN; break;
+        case MASK_PART_CAUSAL: l = MASK_BAND_OPEN; break;
+        case MASK_PART_WINDOW:
+            l = mask_max64(l, p->a);
+            r = mask_max64(r, p->b);
+            break;
+        default: return false;
+        }
+    }
+    *left = mask_min64(l, spec->band_left);
+    *right = mask_min64(r, spec->band_right);
+    return true;
+}
+
 /* ---------------------------------------------------------------- residue split */
 
 /* The d by which a mask of this spec and these params is stored split
@@ -401,7 +432,10 @@ stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
         STOF_TRY(split_inputs(spec, params, d, &sub, &sub_params));
         stof_status st = stof_mask_compile(ctx, sub, &sub_params, out);
         stof_mask_spec_destroy(sub);
-        if (st == STOF_OK) (*out)->t.split = d;
+        if (st == STOF_OK) {
+            (*out)->t.split = d;
+            (*out)->t.band = 0; /* a band over the classes, not over the positions */
+        }
         return st;
     }
     mask_plan plan;
@@ -422,6 +456,7 @@ stof_status stof_mask_compile(stof_ctx *ctx, const stof_mask_spec *spec,
         if (st == STOF_OK) {
             m->t.all_visible = spec_all_visible(spec, &plan);
             m->t.causal = !m->t.all_visible && spec_causal(spec, &plan);
+            m->t.band = !m->t.all_visible && spec_band(spec, &m->t.band_left, &m->t.band_right);
         }
     }
     mask_plan_free(&plan);

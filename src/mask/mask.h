@@ -74,7 +74,19 @@ typedef struct mask_tiles {
                                  part within:causal; the band's left side open), so that
                                  row i < len_q sees keys j <= i + mask_tiles_offset,
                                  j < len_k; kernels may skip the list */
+    int band;                 /* 1: the spec is an analytic band (not all-visible, not split):
+                                 row i < len_q sees exactly the keys j < len_k with
+                                 i + off - band_left <= j <= i + off + band_right,
+                                 off = mask_tiles_offset; a side without a bound holds
+                                 MASK_TILES_OPEN. Causal is the band (open, 0), and a
+                                 window, within:L:R on a full part and their unions are
+                                 bands; kernels may skip the list */
+    int64_t band_left, band_right;
 } mask_tiles;
+
+/* A band side without a bound (mask_eval.h's MASK_BAND_OPEN): past any index
+ * difference, so that the band's limits stay plain sums in 64 bits. */
+#define MASK_TILES_OPEN ((int64_t)1 << 40)
 
 /* The row offset of entry b's positions (position biases; the compiled tiles
  * already hold it for the mask parts). */
