@@ -381,8 +381,17 @@ static __device__ __forceinline__ bool warp_settled(const float (&m)[2])
  * 196 and the SM two), at 128 two (240 registers). Three against two, T5
  * bias on an H200, (8, 12, 512, 64) full: 0.034 against 0.041 ms, causal
  * 0.029 against 0.035, (4, 12, 2048, 64): 0.182 against 0.221; four (128
- * registers, 150-220 bytes of spills) were 5-15% slower than three. */
-#define SM90_MIN_CTAS_M(D, WG, MODS) ((MODS) == 1 ? ((D) == 64 ? 3 : 2) : SM90_MIN_CTAS(D, WG))
+ * registers, 150-220 bytes of spills) were 5-15% slower than three. The T5
+ * variant (MODS 2) holds three registers more than the plain kernel, and
+ * asks for the plain kernel's four CTAs at head dim 64 (128 registers, 20-36
+ * bytes of spills, four or five reloads a tile); SM90_T5_CTAS=3 at build
+ * time gives it 156-160 registers and no spills, for comparison. */
+#ifndef SM90_T5_CTAS
+#define SM90_T5_CTAS 4
+#endif
+#define SM90_MIN_CTAS_M(D, WG, MODS)                                                               \
+    ((MODS) == 1 ? ((D) == 64 ? 3 : 2)                                                             \
+                 : (MODS) == 2 && (D) == 64 ? SM90_T5_CTAS : SM90_MIN_CTAS(D, WG))
 
 /* MODS: scores go through mods.cuh's modifiers (1: soft cap, position bias;
  * 2: a T5 bias alone, unsplit, attn_t5_scores) in raw units, before the sign
