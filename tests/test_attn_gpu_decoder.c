@@ -19,7 +19,8 @@
  * visible key must come back as exact zeros. Long rows are checked on a sample of query rows.
  * STOF_TEST_MAX_L=N skips cases longer than N (the sanitizer's subset);
  * STOF_TEST_WS_ONLY=1 runs ws_sweep and ws_multi_sweep alone, under AUTO and with the
- * warp-specialised kernel forced only (the sanitizers' case).
+ * warp-specialised kernel forced only (the sanitizers' case). A fourth sweep
+ * (t5_sweep) covers the sm_90 kernel's T5 variant.
  */
 #include "attn/attn.h"
 #include "cpu/cpu_ref.h"
@@ -47,6 +48,8 @@ typedef struct dcase {
     int bias_kind; /* STOF_BIAS_* */
     float softcap;
     int t5_buckets, t5_bidir, t5_maxd;
+    float bias_amp;     /* T5 and tensor values drawn from [-amp, amp] (0: 3) */
+    bool sm90_too;      /* a modifier case that also forces the sm_90 kernel */
     stof_dtype bias_dt; /* tensor bias */
     bool bias_bcast;    /* tensor [1, H, Lq, Lk] */
     bool want_ws;       /* the warp-specialised kernel must serve it forced (where ws_here) */
@@ -130,10 +133,15 @@ static int pick_rows(const dcase *c, int b, int *rows)
 static void describe(dcase *c)
 {
     static const char *bias[] = {"none", "t5", "alibi", "tensor"};
-    snprintf(c->name, sizeof c->name, "{%s} B%d H%d/%d L%d/%d D%d %s %s%s bias %s%s cap %g",
+    char t5[64] = "";
+    if (c->bias_kind == STOF_BIAS_T5)
+        snprintf(t5, sizeof t5, "(%d buckets, %s, max_distance %d, amp %g)", c->t5_buckets,
+                 c->t5_bidir ? "bidirectional" : "unidirectional", c->t5_maxd,
+                 (double)(c->bias_amp > 0.0f ? c->bias_amp : 3.0f));
+    snprintf(c->name, sizeof c->name, "{%s} B%d H%d/%d L%d/%d D%d %s %s%s bias %s%s%s cap %g",
              c->mask, c->B, c->H, c->Hkv, c->Lq, c->Lk, c->D, stof_dtype_name(c->dt),
              c->packed ? "packed" : "padded", c->lengths ? "+lengths" : "", bias[c->bias_kind],
-             c->bias_kind == STOF_BIAS_TENSOR ? (c->bias_bcast ? "[1,H]" : "[B,H]") : "",
+             c->bias_kind == STOF_BIAS_TENSOR ? (c->bias_bcast ? "[1,H]" : "[B,H]") : "", t5,
              (double)c->softcap);
 }
 
@@ -174,9 +182,10 @@ static void run_case(dcase *c)
     stof_dtype bdt = c->bias_kind == STOF_BIAS_TENSOR ? c->bias_dt : STOF_F32;
     void *bias_host = malloc((size_t)(nbias > 0 ? nbias : 1) * 4);
     float *bias_f = malloc((size_t)(nbias > 0 ? nbias : 1) * 4);
+    const float amp = c->bias_amp > 0.0f ? c->bias_amp : 3.0f;
     for (int64_t e = 0; e < nbias; e++) {
         float x = c->bias_kind == STOF_BIAS_ALIBI ? exp2f(-(float)(e + 1) * 8.0f / H)
-                                                  : test_rng_float(&rng, -3.0f, 3.0f);
+                                                  : test_rng_float(&rng, -amp, amp);
         stof_store_f(bias_host, bdt, e, x);
         bias_f[e] = stof_load_f(bias_host, bdt, e);
     }
@@ -270,7 +279,8 @@ static void run_case(dcase *c)
                                          STOF_ATTN_BLOCKWISE_SM90, STOF_ATTN_BLOCKWISE_SM90_WS};
     for (int kk = 0; mask && kk < 5; kk++) {
         if (ws_only && kk != 0 && kernels[kk] != STOF_ATTN_BLOCKWISE_SM90_WS) continue;
-        if (general && (kk == 2 || kk == 3)) continue; /* no modifier variants there */
+        /* No modifier variants in the row-wise kernel; the sm_90 one's where the case asks. */
+        if (general && (kk == 2 || (kk == 3 && !c->sm90_too))) continue;
         stof_attn_params p = stof_attn_default_params();
         p.kernel = kernels[kk];
         p.bias_kind = c->bias_kind;
@@ -433,6 +443,67 @@ static void sweep(void)
             }
 }
 
+/* The axes of t5_sweep's cases, given c's batch and whether it
+ * has per-entry lengths: heads (0: MHA, 1: GQA 4:1, 2: MQA), L, the offset
+ * (0: Lq = Lk, 1: Lq < Lk bottom-right, 2: top-left) and the mask, whose
+ * text goes in text (32 bytes); then the lengths (per entry: the first at
+ * full length, the others drawn). */
+static void shape_dense_case(dcase *c, int heads, int L, int offset_kind, bool causal, char *text)
+{
+    c->H = heads == 0 ? 4 : 8;
+    c->Hkv = heads == 0 ? 4 : heads == 1 ? 2 : 1;
+    c->Lk = L;
+    c->Lq = offset_kind != 0 && L > 1 ? (L + 2) / 3 : L;
+    snprintf(text, 32, "%s%s", causal ? "causal" : "full", offset_kind == 2 ? ",topleft" : "");
+    c->mask = text;
+    for (int b = 0; b < c->B; b++) {
+        c->lens_k[b] = b == 0 || !c->lengths ? c->Lk : (int)test_rng_int(&rng, 1, c->Lk);
+        c->lens_q[b] = b == 0 || !c->lengths ? c->Lq : (int)test_rng_int(&rng, 1, c->Lq);
+    }
+}
+
+/* The sm_90 kernel's T5 variant (blockwise_sm90.cu, mods 2; mods.cuh's
+ * attn_t5_scores) on every path of its bias, under AUTO, block-wise forced
+ * and sm_90 forced: warp blocks wholly past -max_distance or +max_distance
+ * (their bias folded into the exponent's reference once a warp has settled),
+ * blocks inside, blocks across an end or, where max_distance is small (8,
+ * 16), across both (the padded table); max_distance 8, 16, 128, 200; full
+ * and causal masks, bidirectional and unidirectional buckets on each; L in
+ * {1, 17, 128, 1000}; Lq = Lk, Lq < Lk bottom-right and top-left; one length
+ * and per-entry lengths (padded); head dims 64 and 128; MHA, GQA 4:1, MQA;
+ * tables of +-3 and of +-12, whose scores jump past a settled maximum by
+ * more than the settled softmax allows, sending warps back to the full
+ * softmax (the bias added to the recomputed scores). */
+static void t5_sweep(void)
+{
+    static const int lens[] = {1, 17, 128, 1000};
+    static const int maxds[] = {8, 16, 128, 200};
+    const char *max_env = getenv("STOF_TEST_MAX_L");
+    const int max_l = max_env ? atoi(max_env) : 1 << 30;
+    int n = 0;
+    for (int li = 0; li < 4; li++)
+        for (int mi = 0; mi < 4; mi++)
+            for (int causal = 0; causal < 2; causal++, n++) {
+                const int L = lens[li];
+                if (L > max_l) continue;
+                dcase c;
+                memset(&c, 0, sizeof c);
+                c.D = n % 3 == 2 ? 128 : 64;
+                c.dt = n % 2 ? STOF_BF16 : STOF_F16;
+                c.B = 2;
+                c.lengths = n % 4 == 3;
+                static char text[32];
+                shape_dense_case(&c, (n / 2) % 3, L, (n / 2 + li) % 3, causal, text);
+                c.bias_kind = STOF_BIAS_T5;
+                c.t5_maxd = maxds[mi];
+                c.t5_buckets = c.t5_maxd <= 16 ? c.t5_maxd : 32;
+                c.t5_bidir = n % 4 == 2 ? causal : !causal;
+                c.bias_amp = n % 4 == 1 ? 12.0f : 3.0f;
+                c.sm90_too = true;
+                run_case(&c);
+            }
+}
+
 /* The warp-specialised sm_90 kernel's ground (blockwise_ws_sm90.cu), every
  * case under AUTO (which picks it on Hopper) and with each kernel forced:
  * head dim 128, fp16 and bf16, dense, causal and bands (mask.h: a sliding
@@ -575,7 +646,10 @@ int main(void)
 #ifdef STOF_HAVE_ATTN_SM90
     ws_here = ctx->cc_major == 9 && ctx->cc_minor == 0;
 #endif
-    if (!ws_only) sweep();
+    if (!ws_only) {
+        sweep();
+        t5_sweep();
+    }
     ws_sweep();
     ws_multi_sweep();
     printf("test_attn_gpu_decoder: %d runs, %d forced runs skipped (kernel cannot serve)\n",
