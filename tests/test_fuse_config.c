@@ -134,6 +134,9 @@ static void test_validation(void)
     glu = fuse_config_sm90_glu(24000, 2304, 768, 132, 227 * 1024);
     CHECK(glu.tpl == FUSE_TPL_GEMM_SM90 && fuse_config_check(&glu) == STOF_OK,
           "GLU rule at 24000 rows gives no gemm_sm90 config");
+    CHECK(glu.block_m == 64 && glu.block_n == 256 && glu.warps_n == 2,
+          "GLU rule at 24000 rows: %dx%d w%dx%d, not the 64x256 ping-pong", glu.block_m,
+          glu.block_n, glu.warps_m, glu.warps_n);
     const fuse_config sm = sm90[0];
     c = sm;
     c.warps_m = 1; /* 128 rows for one warpgroup */

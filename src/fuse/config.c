@@ -273,10 +273,15 @@ fuse_config fuse_config_sm90_small(void)
  * The ping-pong tiles run it under the other warpgroup's main loop, and the
  * two-CTA 128x128 under the other CTA's, but they load 2 (128x128) or 2.5
  * (64x256) bytes per output and K step rather than 1.5. Which wins is
- * measured by bench_fuse --glu (every config's row at 4096 .. 23923 tokens).
+ * measured by bench_fuse --glu (every config's row at 4096 .. 23923 tokens):
+ * on an H100 (bench/results/fuse-glu-2026-11-26-h100.txt) the 64x256
+ * ping-pong ran as fast as the 128x256 on ModernBERT-base's up projection
+ * from 16384 tokens and 17% faster at 4096, and 3-20% faster on
+ * LLaMA-3.2-1B's at every count; the 128x128 ping-pong lost on ModernBERT's
+ * and the two-CTA 128x128 on both. Below 4096 rows nothing was measured.
  */
-#define SM90_GLU_ROWS INT64_MAX
-#define SM90_GLU_TILE 128, 128, 64, 1, 2, 7
+#define SM90_GLU_ROWS 4096
+#define SM90_GLU_TILE 64, 256, 64, 1, 2, 5
 
 fuse_config fuse_config_sm90_glu(int64_t m, int n, int k, int sm_count, size_t smem_limit)
 {
