@@ -20,7 +20,7 @@
  * STOF_TEST_MAX_L=N skips cases longer than N (the sanitizer's subset);
  * STOF_TEST_WS_ONLY=1 runs ws_sweep and ws_multi_sweep alone, under AUTO and with the
  * warp-specialised kernel forced only (the sanitizers' case). A fourth sweep
- * (t5_sweep) covers the sm_90 kernel's T5 variant.
+ * (t5_sweep) covers every path of the T5 bias.
  */
 #include "attn/attn.h"
 #include "cpu/cpu_ref.h"
@@ -462,18 +462,17 @@ static void shape_dense_case(dcase *c, int heads, int L, int offset_kind, bool c
     }
 }
 
-/* The sm_90 kernel's T5 variant (blockwise_sm90.cu, mods 2; mods.cuh's
- * attn_t5_scores) on every path of its bias, under AUTO, block-wise forced
- * and sm_90 forced: warp blocks wholly past -max_distance or +max_distance
- * (their bias folded into the exponent's reference once a warp has settled),
- * blocks inside, blocks across an end or, where max_distance is small (8,
- * 16), across both (the padded table); max_distance 8, 16, 128, 200; full
+/* T5 biases on every path of mods.cuh's attn_t5_bias, under AUTO,
+ * block-wise forced and sm_90 forced: warp blocks wholly past -max_distance
+ * or +max_distance (one constant a block), blocks inside (unclamped loads),
+ * blocks across an end or, where max_distance is small (8, 16), across
+ * both (clamped); max_distance 8, 16, 128, 200; full
  * and causal masks, bidirectional and unidirectional buckets on each; L in
  * {1, 17, 128, 1000}; Lq = Lk, Lq < Lk bottom-right and top-left; one length
  * and per-entry lengths (padded); head dims 64 and 128; MHA, GQA 4:1, MQA;
  * tables of +-3 and of +-12, whose scores jump past a settled maximum by
  * more than the settled softmax allows, sending warps back to the full
- * softmax (the bias added to the recomputed scores). */
+ * softmax. */
 static void t5_sweep(void)
 {
     static const int lens[] = {1, 17, 128, 1000};

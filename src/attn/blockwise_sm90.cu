@@ -301,8 +301,7 @@ static __device__ __forceinline__ void sign_and_mask(float (&s)[32], bool masked
 /*
  * The softmax of a tile once the warp's rows all have a running maximum
  * (m finite): P = exp2(s * scale - m * scale) against that maximum as it
- * stands (less fold, a bias common to the tile's scores that the T5
- * variant leaves out of them), with no row maxima, no shuffles, no rescale factor and no rescale
+ * stands, with no row maxima, no shuffles, no rescale factor and no rescale
  * of O. Online softmax allows any reference for a row as long as the
  * exponentials stay in range, so the maximum only has to move when a score
  * passes it by far: pack_checked says whether one did, and the caller then
@@ -311,9 +310,9 @@ static __device__ __forceinline__ void sign_and_mask(float (&s)[32], bool masked
  */
 template <bool SUMS>
 static __device__ __forceinline__ void exp_settled(float (&s)[32], float scale, const float (&m)[2],
-                                                   float fold, float (&sum)[2])
+                                                   float (&sum)[2])
 {
-    const float base[2] = {(m[0] - fold) * scale, (m[1] - fold) * scale};
+    const float base[2] = {m[0] * scale, m[1] * scale};
     exp_tile<SUMS>(s, scale, base, sum);
 }
 
@@ -381,21 +380,11 @@ static __device__ __forceinline__ bool warp_settled(const float (&m)[2])
  * 196 and the SM two), at 128 two (240 registers). Three against two, T5
  * bias on an H200, (8, 12, 512, 64) full: 0.034 against 0.041 ms, causal
  * 0.029 against 0.035, (4, 12, 2048, 64): 0.182 against 0.221; four (128
- * registers, 150-220 bytes of spills) were 5-15% slower than three. The T5
- * variant (MODS 2) holds three registers more than the plain kernel, and
- * asks for the plain kernel's four CTAs at head dim 64 (128 registers, 20-36
- * bytes of spills, four or five reloads a tile); SM90_T5_CTAS=3 at build
- * time gives it 156-160 registers and no spills, for comparison. */
-#ifndef SM90_T5_CTAS
-#define SM90_T5_CTAS 4
-#endif
-#define SM90_MIN_CTAS_M(D, WG, MODS)                                                               \
-    ((MODS) == 1 ? ((D) == 64 ? 3 : 2)                                                             \
-                 : (MODS) == 2 && (D) == 64 ? SM90_T5_CTAS : SM90_MIN_CTAS(D, WG))
+ * registers, 150-220 bytes of spills) were 5-15% slower than three. */
+#define SM90_MIN_CTAS_M(D, WG, MODS) ((MODS) ? ((D) == 64 ? 3 : 2) : SM90_MIN_CTAS(D, WG))
 
-/* MODS: scores go through mods.cuh's modifiers (1: soft cap, position bias;
- * 2: a T5 bias alone, unsplit, attn_t5_scores) in raw units, before the sign
- * and the mask, wherever they are computed. */
+/* MODS: scores go through mods.cuh's modifiers (soft cap, position bias) in
+ * raw units, before the sign and the mask, wherever they are computed. */
 template <int D, int WG, int BF16, bool ALL, int MODS>
 __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     attn_blockwise_sm90_kernel(const attn_launch a, const __grid_constant__ CUtensorMap k_map,
@@ -458,6 +447,13 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
         load_rows<D, BM, THREADS>(sq, s.q, a.q_sl, row0, s.len_q);
         cp_async_commit();
     }
+    /* The modifiers' context; a T5 table lands after the mbarriers, published
+     * by the prologue's barrier. */
+    attn_mod_ctx mc;
+    if constexpr (MODS)
+        mc = attn_mod_setup(&a, &s, b, h, (float *)(smem_raw + (bar0 + 64 - smem_addr(smem_raw))),
+                            THREADS, a.scale != 0.0f ? 1.0f / a.scale : 0.0f);
+
     const uint32_t q_tile = sq + wg * TILE;
     /* Row of this thread's accumulator row g inside the mask tile (for the bitmap). */
     const int tile_row = (x % subs) * BM + wg * SM90_SUB_ROWS + warp * 16 + (lane >> 2);
@@ -469,14 +465,10 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     const uint64_t k_desc = opaque(sw128_desc(sk, 16, 1024));
     const uint64_t v_desc = opaque(sw128_desc(sv, SM90_BLOCK_BYTES, 1024));
     const uint64_t v_desc0 = opaque(sw128_desc(sv, q_tile - sv, 1024));
+    const uint64_t v_desc1 = opaque(sw128_desc(sv + TILE, q_tile - sv - TILE, 1024));
     auto v_desc_of = [&](int j) {
-        /* Head dim 64: buffer 1 lies TILE bytes further and its ones block
-         * (the Q tile, LBO bytes on) TILE bytes nearer, both fields in the
-         * low word, neither carrying nor borrowing: one add, where a second
-         * descriptor held two registers through the loop. */
         if constexpr (SM90_ONES_D(D))
-            return (v_desc0 & 0xffffffff00000000ull) |
-                   (uint32_t)((uint32_t)v_desc0 + (uint32_t)(j & 1) * ((TILE >> 4) - (TILE << 12)));
+            return (j & 1) ? v_desc1 : v_desc0;
         else
             return desc_at(v_desc, (j & 1) * TILE);
     };
@@ -552,17 +544,6 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
         load_tile(sk, &k_map, bar0, col * SM90_BLOCK_N);
         load_stage(1, col_next, col * SM90_BLOCK_N);
     }
-    /* The modifiers' context. A T5 table (a dependent global load a bias)
-     * lands after the mbarriers, published by the barrier below: built once
-     * the first copies are on their way, it overlaps them instead of
-     * delaying them. */
-    attn_mod_ctx mc;
-    attn_t5_ctx t5;
-    float *const tab_smem = (float *)(smem_raw + (bar0 + 64 - smem_addr(smem_raw)));
-    if constexpr (MODS == 1)
-        mc = attn_mod_setup(&a, &s, b, h, tab_smem, THREADS,
-                            a.scale != 0.0f ? 1.0f / a.scale : 0.0f);
-    if constexpr (MODS == 2) t5 = attn_t5_setup(&a, &s, tab_smem, THREADS);
     bool masked = bits >= 0 || col * SM90_BLOCK_N + SM90_BLOCK_N > s.len_k;
     if (masked) tile_words(t, bits, tile_row, col * SM90_BLOCK_N, s.len_k, w);
     cp_async_wait<0>();
@@ -609,13 +590,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(sc);
-    /* T5: relative position of the thread's score 0 at key 0 */
-    int rel0 = 0;
-    if constexpr (MODS == 2) rel0 = 2 * (lane & 3) - row_g - t5.off;
-    if constexpr (MODS == 1)
+    if constexpr (MODS)
         attn_apply_mods<8>(*(float(*)[8][4])sc, mc, row_g, col * SM90_BLOCK_N + 2 * (lane & 3));
-    if constexpr (MODS == 2)
-        attn_t5_scores<8>(*(float(*)[8][4])sc, t5, col * SM90_BLOCK_N + rel0, false);
     sign_and_mask(sc, masked, w, shift, negate);
     softmax_tile<SUMS>(sc, scale, m, alpha, sum);
     if constexpr (SUMS) {
@@ -657,20 +633,13 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
         wgmma_commit();
         wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
         reg_fence(sc);
-        if constexpr (MODS == 1)
+        if constexpr (MODS)
             attn_apply_mods<8>(*(float(*)[8][4])sc, mc, row_g, key0 + 2 * (lane & 3));
-        /* A T5 bias common to the tile goes into the settled exponent's
-         * reference (in units after the sign) instead of into every score. */
-        float fold = 0.0f;
-        if constexpr (MODS == 2) {
-            fold = attn_t5_scores<8>(*(float(*)[8][4])sc, attn_t5_view(&a, tab_smem), key0 + rel0, settled);
-            fold = negate ? -fold : fold;
-        }
         sign_and_mask(sc, masked, w, shift, negate);
         /* Settled rows exponentiate while P_{i-1} V_{i-1} runs: the branch
          * ends the basic block, and ptxas hoists the wait below no further
          * than to the top of its own. */
-        if (settled) exp_settled<SUMS>(sc, scale, m, fold, sum);
+        if (settled) exp_settled<SUMS>(sc, scale, m, sum);
         wgmma_wait<0>(); /* P's registers are rewritten from here on */
         reg_fence(o);
         bool full = !settled;
@@ -681,10 +650,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
                  * again (the exponentials replaced them), for the full
                  * softmax with a new maximum. */
                 warp_scores<D, BF16>(sc, qf, sk + (i & 1) * TILE, lane);
-                if constexpr (MODS == 1)
+                if constexpr (MODS)
                     attn_apply_mods<8>(*(float(*)[8][4])sc, mc, row_g, key0 + 2 * (lane & 3));
-                if constexpr (MODS == 2)
-                    attn_t5_scores<8>(*(float(*)[8][4])sc, attn_t5_view(&a, tab_smem), key0 + rel0, false);
                 sign_and_mask(sc, masked, w, shift, negate);
             } else if constexpr (SUMS) {
                 l[0] += sum[0];
@@ -727,8 +694,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
 /* ---------------------------------------------------------------- host */
 
 /* Every instantiation: head dims 64 and 128, one or two warpgroups, fp16 and
- * bf16, masks with a tile list and all-visible ones; the modifier variants
- * (one warpgroup): any modifier (mods 1), a T5 bias alone (mods 2). */
+ * bf16, masks with a tile list and all-visible ones. */
 typedef void (*sm90_kernel_fn)(const attn_launch, const CUtensorMap, const CUtensorMap);
 typedef struct sm90_variant {
     int head_dim, wg, bf16, all, mods;
@@ -744,16 +710,13 @@ typedef struct sm90_variant {
 // clang-format on
 static const sm90_variant sm90_variants[] = {SM90_VARIANT(64, 1),      SM90_VARIANT(64, 2),
                                              SM90_VARIANT(128, 1),     SM90_VARIANT(128, 2),
-                                             SM90_VARIANT_M(64, 1, 1), SM90_VARIANT_M(128, 1, 1),
-                                             SM90_VARIANT_M(64, 1, 2), SM90_VARIANT_M(128, 1, 2)};
+                                             SM90_VARIANT_M(64, 1, 1), SM90_VARIANT_M(128, 1, 1)};
 #define SM90_NVARIANTS ((int)(sizeof sm90_variants / sizeof sm90_variants[0]))
 
 /* The opt-in of a modifier variant covers the largest T5 table. */
 static int variant_smem(const sm90_variant *v)
 {
-    const int64_t table = v->mods == 2   ? (int64_t)attn_t5_padded_bytes(ATTN_T5_MAX_DISTANCE)
-                          : v->mods == 1 ? ((2 * ATTN_T5_MAX_DISTANCE + 1) * 4 + 15) & ~15
-                                         : 0;
+    const int64_t table = v->mods ? ((2 * ATTN_T5_MAX_DISTANCE + 1) * 4 + 15) & ~15 : 0;
     return (int)(attn_sm90_smem_bytes(v->head_dim, 64 * v->wg) + table);
 }
 
@@ -775,9 +738,7 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
         "warps and 64-row blocks, or on 128x64 tiles with 8 warps and 128-row blocks)",
         a->head_dim, warps, block_m, a->tiles.tile_m, a->tiles.tile_n);
     const int wg = warps / 4, all = a->tiles.all_visible && a->split == 1;
-    const bool t5_alone =
-        a->mods.bias_kind == STOF_BIAS_T5 && a->mods.softcap <= 0.0f && a->split == 1;
-    const int mods = t5_alone ? 2 : a->mods.bias_kind != STOF_BIAS_NONE || a->mods.softcap > 0.0f;
+    const int mods = a->mods.bias_kind != STOF_BIAS_NONE || a->mods.softcap > 0.0f;
     STOF_REQUIRE(!mods || wg == 1, STOF_ERR_UNSUPPORTED,
                  "sm_90 attention with a bias or soft cap runs one warpgroup (asked: %d)", wg);
     const sm90_variant *v = NULL;
@@ -798,8 +759,7 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
     STOF_TRY(encode_kv(&v_map, "v", a, a->v, a->v_sb, a->v_sh, a->v_sp, SM90_SUB_ROWS));
     void *args[3] = {(void *)a, (void *)&k_map, (void *)&v_map};
     const size_t smem =
-        (size_t)attn_sm90_smem_bytes(a->head_dim, block_m) +
-        (t5_alone ? attn_t5_padded_bytes(a->mods.t5_max_distance) : attn_mods_smem_bytes(&a->mods));
+        (size_t)attn_sm90_smem_bytes(a->head_dim, block_m) + attn_mods_smem_bytes(&a->mods);
     return attn_block_launch(a, (const void *)v->fn, block_m, 128 * wg, smem, (cudaStream_t)stream,
                              args);
 }

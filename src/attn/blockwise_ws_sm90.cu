@@ -571,6 +571,9 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
                 named_bar_sync<4, 128>();
             mods = mine;
         }
+
+        float o[64], sc[64], m[2] = {-INFINITY, -INFINITY}, l[2], alpha[2], sum[2];
+        uint32_t p[8][4];
         /* The modifiers of the tile from key0, rows g and g + 8. */
         auto modify = [&](int key0) {
             if constexpr (MODS)
@@ -581,9 +584,6 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
         auto mask_before = [&](int key0) {
             if (MASK == WS_MASK_BAND && key0 < lo_wg) ws_mask_before(sc, key0, lo, tq);
         };
-
-        float o[64], sc[64], m[2] = {-INFINITY, -INFINITY}, l[2], alpha[2], sum[2];
-        uint32_t p[8][4];
 #pragma unroll
         for (int i = 0; i < 64; i++)
             o[i] = sc[i] = 0.0f;

@@ -61,20 +61,6 @@ static __device__ __forceinline__ int attn_t5_bucket(int rel, const attn_mods *m
     return bucket + m->t5_exact + level;
 }
 
-/* The bias (times out) of head `head` for every relative position in
- * [-reach, reach] into tab[0 .. 2 reach] (positions past +-max_distance take
- * the table's ends), each thread of `threads` a share. */
-static __device__ __forceinline__ void attn_t5_fill(const attn_mods *m, int head, float *tab,
-                                                    int reach, int threads, float out)
-{
-    const float *f = (const float *)m->bias + (int64_t)head * m->bias_st[1];
-    const int maxd = m->t5_max_distance;
-    for (int r = threadIdx.x; r <= 2 * reach; r += threads) {
-        const int rel = min(max(r - reach, -maxd), maxd);
-        tab[r] = out * f[(int64_t)attn_t5_bucket(rel, m) * m->bias_st[0]];
-    }
-}
-
 /* Bytes of shared memory the modifiers of a launch take after the K/V stages. */
 static inline size_t attn_mods_smem_bytes(const attn_mods *m)
 {
@@ -109,7 +95,12 @@ static __device__ __forceinline__ attn_mod_ctx attn_mod_setup(const attn_launch 
     c.lk = m->bias_lk;
     const float *f = (const float *)m->bias;
     if (c.kind == STOF_BIAS_ALIBI) c.slope = f[(int64_t)s->head * m->bias_st[0]] * out;
-    if (c.kind == STOF_BIAS_T5) attn_t5_fill(m, s->head, tab_smem, c.maxd, threads, out);
+    if (c.kind == STOF_BIAS_T5) {
+        for (int r = threadIdx.x; r <= 2 * c.maxd; r += threads)
+            tab_smem[r] =
+                out *
+                f[(int64_t)attn_t5_bucket(r - c.maxd, m) * m->bias_st[0] + s->head * m->bias_st[1]];
+    }
     if (c.kind == STOF_BIAS_TENSOR) {
         const int64_t es = m->bias_dtype == STOF_F32 ? 4 : 2;
         c.tensor = (const char *)m->bias + (b * m->bias_st[0] + s->head * m->bias_st[1]) * es;
@@ -251,90 +242,6 @@ static __device__ __forceinline__ void attn_apply_mods(float (&s)[NB][4], const 
                 s[j][e] = fmaf(attn_mod_bias(c, row_g + 8 * (e >> 1), col_t + 8 * j + (e & 1)),
                                c.out, s[j][e]);
     }
-}
-
-/* ---------------------------------------------------------------- T5 alone */
-
-/* The sm_90 kernel's T5 variant (a T5 bias, no cap, no residue split) holds
- * only what a T5 score needs, so that it keeps the registers of the kernel
- * without modifiers. Its table reaches ATTN_T5_PAD positions past
- * +-max_distance on either side (holding the ends' bias): a warp block's
- * relative positions span 79, so one not wholly past +-max_distance lies
- * inside the padded table, and no score pays a clamp. */
-#define ATTN_T5_PAD 80
-
-typedef struct attn_t5_ctx {
-    const float *tab; /* bias of relative position r at tab[r], |r| <= maxd + ATTN_T5_PAD,
-                         in raw score units (times 1 / scale) */
-    int maxd;
-    int off; /* query position - query token (bottom-right offset) */
-} attn_t5_ctx;
-
-/* Bytes of the padded table of a max_distance. */
-static inline size_t attn_t5_padded_bytes(int maxd)
-{
-    return ((size_t)(2 * (maxd + ATTN_T5_PAD) + 1) * sizeof(float) + 15u) & ~(size_t)15u;
-}
-
-/* The CTA's context and its padded table, written into tab_smem by every
- * thread (the caller synchronises before the first score). */
-static __device__ __forceinline__ attn_t5_ctx attn_t5_setup(const attn_launch *a,
-                                                            const attn_seq *s, float *tab_smem,
-                                                            int threads)
-{
-    attn_t5_ctx c;
-    c.maxd = a->mods.t5_max_distance;
-    c.off = a->tiles.align_end ? s->len_k - s->len_q : 0; /* mask_tiles_offset */
-    const int reach = c.maxd + ATTN_T5_PAD;
-    attn_t5_fill(&a->mods, s->head, tab_smem, reach, threads,
-                 a->scale != 0.0f ? 1.0f / a->scale : 0.0f);
-    c.tab = tab_smem + reach;
-    return c;
-}
-
-/* The context again from the launch's parameters and the table's place
- * alone (uniform values, which the loop need not hold in registers). */
-static __device__ __forceinline__ attn_t5_ctx attn_t5_view(const attn_launch *a, float *tab_smem)
-{
-    attn_t5_ctx c;
-    c.maxd = a->mods.t5_max_distance;
-    c.off = 0;
-    c.tab = tab_smem + c.maxd + ATTN_T5_PAD;
-    return c;
-}
-
-/* A warp's T5 scores, s += bias, rel of element e of n-block j being
- * base + ATTN_MOD_DELTA(j, e) (attn_t5_bias's layout). A block wholly past
- * -max_distance or max_distance sees one bias: with fold, the caller folds
- * it into the exponent's reference instead (it is returned, and the scores
- * are left alone); otherwise it is added. Any other block reads the padded
- * table at compile-time offsets from one address: a load per distinct
- * position (18 of the 32 scores') and an FADD a score. Returns the bias left
- * to fold (0 when none). */
-template <int NB>
-static __device__ __forceinline__ float attn_t5_scores(float (&s)[NB][4], const attn_t5_ctx &c,
-                                                       int base, bool fold)
-{
-    const int lane = threadIdx.x & 31;
-    const int wbase = base - 2 * (lane & 3) + (lane >> 2); /* the same in every lane */
-    const int lo = wbase - 15, hi = wbase + 8 * NB - 1;
-    if (hi <= -c.maxd || lo >= c.maxd) {
-        const float b = c.tab[hi <= -c.maxd ? -c.maxd : c.maxd];
-        if (fold) return b;
-#pragma unroll
-        for (int j = 0; j < NB; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[j][e] += b;
-        return 0.0f;
-    }
-    const float *row = c.tab + base;
-#pragma unroll
-    for (int j = 0; j < NB; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            s[j][e] += row[ATTN_MOD_DELTA(j, e)];
-    return 0.0f;
 }
 
 #endif /* STOF_ATTN_MODS_CUH */
