@@ -291,8 +291,8 @@ def attention(q, k, v, mask=None, scale=None, lengths=None, kernel="auto", layou
     [Tk, H, D], prefix sums [B+1]; max_seqlen_q/_k: the padded length the mask is
     compiled for (default: the longest sequence, which reads cu_seqlens on the host).
     scale: softmax scale, default 1/sqrt(D). kernel: "auto", "blockwise", "blockwise_sm90"
-    (Hopper, compute capability 9.0), "blockwise_sm90_ws" (Hopper, head dim 128, dense or
-    causal masks), "rowwise".
+    (Hopper, compute capability 9.0), "blockwise_sm90_ws" (Hopper, head dim 128: dense,
+    causal and window masks; ALiBi, except with a window, and soft caps), "rowwise".
     Returns a new tensor/array in q's layout, dtype and device (or fills `out`).
     """
     if v is None:

@@ -20,11 +20,13 @@
  * here is FlashAttention-3's (read for ideas, written anew):
  *
  *   one persistent CTA per SM (384 threads), walking work items (128 query
- *   rows of one head and batch entry) in grid.cuh's order: warpgroup 0 is the producer, which gives
- * its registers away (setmaxnreg 40) and whose one elected thread moves each item's Q and every
- * 128-key K and V tile by the copy engine (TMA) into a ring of two stages, each with a full and an
- * empty mbarrier; warpgroups 1 and 2 are the consumers (setmaxnreg 224), each owning 64 of an
- * item's 128 query rows: S = Q K^T   m64n128k16, Q and K from shared memory (Q in registers as
+ *   rows of one head and batch entry) in grid.cuh's order: warpgroup 0 is the
+ *   producer, which gives its registers away (setmaxnreg 40) and whose one
+ *   elected thread moves each item's Q and every 128-key K and V tile by the
+ *   copy engine (TMA) into a ring of two stages, each with a full and an
+ *   empty mbarrier; warpgroups 1 and 2 are the consumers (setmaxnreg 224),
+ *   each owning 64 of an item's 128 query rows:
+ *     S = Q K^T   m64n128k16, Q and K from shared memory (Q in registers as
  *                 blockwise_sm90.cu holds it would cost 32 more registers a
  *                 thread beside O, S and P: 64 + 64 + 32 of the 224);
  *     softmax     online, log2 domain, the scale folded into the exponent's
@@ -84,13 +86,19 @@
  * and an item's parity (ws_mods), written at the item's start.
  *
  * Measured on an H100 against blockwise_sm90.cu in one process
- * (bench/results/attention-ws-2026-11-26-h100.txt): 557-648 TFLOP/s against
- * 394-544 over dense, causal and GQA causal at 2048-8192 keys, fp16 and bf16;
- * against cuDNN's SDPA in compare_attention.py's suite B, 0.98-1.03 of its
- * speed at 4096-8192 and 0.89 on GQA causal (8, 32, 2048, 128), where each
- * CTA walked only 1-16 tiles and its prologue and output store showed; those
- * figures are of the one-CTA-an-item form that persistence replaced, which
- * has yet to be measured.
+ * (bench/results/attention-ws-2026-11-26-h100.txt, one CTA an item then):
+ * 557-648 TFLOP/s against 394-544 over dense, causal and GQA causal at
+ * 2048-8192 keys, fp16 and bf16. Persistence, against the same kernel one
+ * CTA an item (bench/results/attention-ab-2026-11-26-h100.txt): no case
+ * moved beyond the 2-5% that the order of the runs moves it; it stays for
+ * the prologue it hides where rows are short, which the static split's
+ * 3% imbalance at (8, 32, 2048) spends again (a dynamic scheduler needs a
+ * counter per launch). Against cuDNN's SDPA in compare_attention.py's suite
+ * B (bench/results/attention-2026-11-26c-h100.json): 0.96-1.02 of its speed
+ * on dense and causal at 4096-8192 keys, 0.92 on GQA causal (8, 32, 2048).
+ * Bands, ALiBi and the soft cap here rather than on blockwise_sm90.cu:
+ * window:4096:0 over 16384 keys 2.00 -> 1.6-1.7 ms, ALiBi causal (1, 32,
+ * 8192) 1.34 -> 1.05-1.09, soft cap (4, 16, 4096) 1.68 -> 1.47-1.49.
  */
 #include "attn/attn.h"
 #include "attn/grid.cuh"
