@@ -202,9 +202,10 @@ static __device__ __forceinline__ void ws_mask_before(float (&s)[64], int key0, 
 }
 
 /* The modifiers this kernel serves, from mods.cuh's context: ALiBi and the
- * soft cap, in mods.cuh's units (out folded in). The CTA's one copy lives in
- * shared memory (after the mbarriers) and is read a tile at a time, so that
- * it holds none of the consumers' registers across the loop. */
+ * soft cap, in mods.cuh's units (out folded in), of one work item's head.
+ * Its copies live in shared memory after the mbarriers (one a consumer and
+ * item parity: ws_consume) and are read a tile at a time, so that they hold
+ * none of the consumers' registers across the loop. */
 typedef struct ws_mods {
     float mul;   /* raw q.k to the cap's argument (scale / cap), or without a cap to
                     out units (scale * out) */
