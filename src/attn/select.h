@@ -101,8 +101,9 @@
  * 4. Head dim 128 on sm_90 with an all-visible, causal or band mask
  *    (mask_tiles; window:L:R, within:L:R on a full part; no split), with no
  *    modifier, ALiBi (not on a band) or a soft cap (a T5 or tensor bias
- *    stays on the sm_90 kernel's modifier variants): where 3. would run the wgmma kernel (with
- *    a modifier: where the sm_90 kernel would, unless it is forced), the
+ *    stays on the sm_90 kernel's modifier variants): where 3. would run the
+ *    wgmma kernel (with a modifier: where the sm_90 kernel would, unless it
+ *    is forced), the
  *    warp-specialised one (blockwise_ws_sm90.cu: a TMA producer warpgroup
  *    and two consumer warpgroups of 64 rows, 128-key tiles, ping-pong)
  *    runs instead, reported as block_m 128, block_n 128, 12 warps. Its

@@ -10,8 +10,9 @@
  * whole batch times. The connection threads therefore run --connection-nice
  * levels below it: the daemon's threads inherit the nice value of the thread
  * that starts it (Linux keeps it per thread), which lowers its own just
- * before, after the worker and the CPU backend's pool have started. Raising
- * it back needs no privilege, lowering the worker's would.
+ * before, once the worker runs (threads the worker starts, the CPU backend's
+ * pool among them, keep the worker's value). Lowering a thread's priority
+ * needs no privilege; raising the worker's would.
  *
  * Shutdown: SIGTERM or SIGINT closes the listening socket, waits for the
  * requests in flight to be answered, then stops the daemon. The signal's
@@ -24,13 +25,13 @@
 #include "../cli.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <errno.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
