@@ -305,6 +305,32 @@ static void test_row_imbalance(stof_ctx *ctx)
     }
 }
 
+/* The spec compiled as the flag tests take it: two entries, Lq 300 and Lk
+ * 700 (a row offset under bottom-right alignment), with per-entry lengths
+ * (300 and 17 queries, 700 and 650 keys) when asked. NULL on failure (a
+ * failed check). */
+static stof_mask *compile_flagged(stof_ctx *ctx, const char *text, bool lengths)
+{
+    stof_mask_spec *spec = NULL;
+    CHECK_OK(stof_mask_spec_parse(text, &spec));
+    stof_mask_params p = stof_mask_default_params();
+    p.batch = 2;
+    p.len_q = 300;
+    p.len_k = 700;
+    int32_t lq[2] = {300, 17}, lk[2] = {700, 650};
+    int64_t n = 2;
+    stof_tensor tq = stof_tensor_make(lq, STOF_I32, STOF_MEM_HOST, 1, &n);
+    stof_tensor tk = stof_tensor_make(lk, STOF_I32, STOF_MEM_HOST, 1, &n);
+    if (lengths) {
+        p.lengths_q = &tq;
+        p.lengths_k = &tk;
+    }
+    stof_mask *m = NULL;
+    if (spec) CHECK_OK(stof_mask_compile(ctx, spec, &p, &m));
+    stof_mask_spec_destroy(spec);
+    return m;
+}
+
 /* The causal flag (mask.h): set for the causal mask however it is written,
  * at either alignment, and for nothing else; check_causal (test_mask_gen.c)
  * holds every flagged random case to its promise. */
@@ -325,14 +351,7 @@ static void test_causal_flag(stof_ctx *ctx)
                  {"causal,global:2", 0, 0},
                  {"full,within:causal,global:2", 1, 0}}; /* the band cuts every part */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        stof_mask_spec *spec = NULL;
-        CHECK_OK(stof_mask_spec_parse(cases[i].spec, &spec));
-        stof_mask_params p = stof_mask_default_params();
-        p.batch = 2;
-        p.len_q = 300;
-        p.len_k = 700;
-        stof_mask *m = NULL;
-        CHECK_OK(stof_mask_compile(ctx, spec, &p, &m));
+        stof_mask *m = compile_flagged(ctx, cases[i].spec, false);
         if (m) {
             const mask_tiles *t = stof_mask_tiles_view(m);
             CHECK(t->causal == cases[i].causal && t->all_visible == cases[i].all_visible,
@@ -340,7 +359,6 @@ static void test_causal_flag(stof_ctx *ctx)
                   t->all_visible, cases[i].causal, cases[i].all_visible);
         }
         stof_mask_destroy(m);
-        stof_mask_spec_destroy(spec);
     }
 }
 
@@ -377,22 +395,7 @@ static void test_band_flag(stof_ctx *ctx)
                  {"window:64,random:64x2@3", 0, 0, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (int lengths = 0; lengths < 2; lengths++) {
-            stof_mask_spec *spec = NULL;
-            CHECK_OK(stof_mask_spec_parse(cases[i].spec, &spec));
-            stof_mask_params p = stof_mask_default_params();
-            p.batch = 2;
-            p.len_q = 300;
-            p.len_k = 700;
-            int32_t lq[2] = {300, 17}, lk[2] = {700, 650};
-            int64_t n = 2;
-            stof_tensor tq = stof_tensor_make(lq, STOF_I32, STOF_MEM_HOST, 1, &n);
-            stof_tensor tk = stof_tensor_make(lk, STOF_I32, STOF_MEM_HOST, 1, &n);
-            if (lengths) {
-                p.lengths_q = &tq;
-                p.lengths_k = &tk;
-            }
-            stof_mask *m = NULL;
-            CHECK_OK(stof_mask_compile(ctx, spec, &p, &m));
+            stof_mask *m = compile_flagged(ctx, cases[i].spec, lengths);
             if (m) {
                 const mask_tiles *t = stof_mask_tiles_view(m);
                 const int64_t left = t->band_left >= MASK_TILES_OPEN ? -1 : t->band_left;
@@ -404,7 +407,6 @@ static void test_band_flag(stof_ctx *ctx)
                       (long long)cases[i].left, (long long)cases[i].right);
             }
             stof_mask_destroy(m);
-            stof_mask_spec_destroy(spec);
         }
     }
     /* A dilated mask stored split is a band over its classes, not a band. */
