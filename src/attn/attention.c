@@ -587,6 +587,7 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
     a.pdl = ctx->cc_major >= 9;
     a.heavy_first = stof_mask_estimate_view(mask)->row_imbalance > ATTN_HEAVY_FIRST_IMBALANCE;
     a.section = l2_section(ctx, &a);
+    a.sms = ctx->sm_count;
     if (ch.kernel == STOF_ATTN_BLOCKWISE)
         return attn_blockwise_run(&a, ch.warps, ch.block_m, ctx->stream);
     if (ch.kernel == STOF_ATTN_BLOCKWISE_SM90_WS) {

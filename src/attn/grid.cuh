@@ -147,16 +147,16 @@ static __device__ __forceinline__ int attn_unit_item(const attn_launch *a, int u
 }
 
 /* Launches a persistent kernel fn of threads threads on a 1-D grid of one
- * CTA per SM, or fewer where there are fewer units (above) of row_blocks
- * row blocks a (head, batch entry) pair. */
+ * CTA per SM (a->sms, the context's count), or fewer where there are fewer
+ * units (above) of row_blocks row blocks a (head, batch entry) pair. */
 static inline stof_status attn_persistent_launch(const attn_launch *a, const void *fn,
                                                  int64_t row_blocks, int threads, size_t smem,
                                                  cudaStream_t stream, void **args)
 {
     const int64_t items = row_blocks * a->heads * a->batch, units = attn_units(a, row_blocks);
-    int dev = 0, sms = 0;
-    STOF_CUDA_TRY(cudaGetDevice(&dev));
-    STOF_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = a->sms;
+    STOF_REQUIRE(sms >= 1, STOF_ERR_INTERNAL, "persistent attention: the launch names %d SMs",
+                 sms);
     /* The kernel's unit index steps by the grid past the last unit. */
     STOF_REQUIRE(items < INT32_MAX && units + sms < INT32_MAX &&
                      (!a->heavy_first || a->section >= 1),
