@@ -5,12 +5,13 @@ process as the reference, so that two versions of a kernel compare on the same w
 
     python3 bench/attention_ab.py OLD/libstof.so NEW/libstof.so
 
-Cases: suite B's shapes (bf16; head dim 128 dense, causal, GQA, window:4096:0, ALiBi, soft cap
-50; T5 at (8, 12, 512, 64) with and without the bias). Each timed call is queued behind a
-device sleep, so that the host's launch time stays out, with L2 flushed before it; the median
-of 40 calls. Dense and causal outputs are checked against cuDNN's (err: the largest absolute
-difference over the largest absolute value). The library listed first runs on a colder GPU:
-alternate the order between runs (2-5% between positions on an H100).
+Cases: suite B's (attention_suite_b.py: its shapes, inputs, biases and cap) but packed
+documents, each T5 case also without its bias, and two shorter rows (head dim 128 at 2048
+keys, causal MHA and dense). Each timed call is queued behind a device sleep, so that the
+host's launch time stays out, with L2 flushed before it; the median of 40 calls. Dense and
+causal outputs are checked against cuDNN's (err: the largest absolute difference over the
+largest absolute value). The library listed first runs on a colder GPU: alternate the
+order between runs (2-5% between positions on an H100).
 """
 
 import json
@@ -19,24 +20,25 @@ import statistics
 import subprocess
 import sys
 
-# name, B, H, kv heads, L, D, mask ("full": none), bias
-CASES = [
-    ("t5-full", 8, 12, 12, 512, 64, "full", "t5"),
-    ("t5-full-nob", 8, 12, 12, 512, 64, "full", None),
-    ("t5-causal", 8, 12, 12, 512, 64, "causal", "t5"),
-    ("t5-causal-nob", 8, 12, 12, 512, 64, "causal", None),
-    ("dense4k", 4, 16, 16, 4096, 128, "full", None),
-    ("causal4k", 4, 16, 16, 4096, 128, "causal", None),
-    ("dense8k", 1, 32, 32, 8192, 128, "full", None),
-    ("causal8k", 1, 32, 32, 8192, 128, "causal", None),
-    ("gqa-causal8k", 1, 32, 8, 8192, 128, "causal", None),
-    ("gqa-causal2k", 8, 32, 8, 2048, 128, "causal", None),
-    ("causal2k-mha", 8, 32, 32, 2048, 128, "causal", None),
-    ("dense2k", 8, 16, 16, 2048, 128, "full", None),
-    ("window16k", 1, 32, 8, 16384, 128, "window:4096:0", None),
-    ("alibi-causal8k", 1, 32, 32, 8192, 128, "causal", "alibi"),
-    ("softcap4k", 4, 16, 16, 4096, 128, "full", "softcap"),
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attention_suite_b as suite_b  # noqa: E402
+
+SEED = 1
+# suite B's (name, B, H, kv heads, L, D, mask, bias), packed documents left out, and more rows
+CASES = [c for c in suite_b.CASES if c[7] != "packed"] + [
+    ("causal mha", 8, 32, 32, 2048, 128, "causal", None),
+    ("dense", 8, 16, 16, 2048, 128, "full", None),
 ]
+
+
+def label(spec):
+    name, B, H, Hkv, L, D = spec[:6]
+    return f"{name} ({B},{H},{L},{D}) kv {Hkv}"
+
+
+# The rows: (row name, case, with its bias or cap); a T5 case also runs without its bias.
+RUNS = [(label(spec), spec, True) for spec in CASES] + \
+    [(label(spec) + " no bias", spec, False) for spec in CASES if spec[7] == "t5"]
 
 
 def measure():
@@ -66,37 +68,27 @@ def measure():
             times.append(a.elapsed_time(b))
         return statistics.median(times)
 
+    def one(c, kw):
+        r = {"stof": median_ms(lambda: stof.attention(c.q, c.k, c.v, mask=c.mask, **kw))}
+        if not kw and c.mask in ("full", "causal"):
+            k, v = (t.repeat_interleave(c.H // c.Hkv, 1) for t in (c.k, c.v))
+            causal = c.mask == "causal"
+            o = stof.attention(c.q, c.k, c.v, mask=c.mask)
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                ref = F.scaled_dot_product_attention(c.q, k, v, is_causal=causal)
+                r["cudnn"] = median_ms(
+                    lambda: F.scaled_dot_product_attention(c.q, k, v, is_causal=causal))
+            r["err"] = ((o.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+        r["kernel"] = stof.attention_select(c.q, c.k, c.v, mask=c.mask, **kw).kernel
+        return r
+
     out = {}
-    for name, B, H, Hkv, L, D, mask, bias in CASES:
-        g = torch.Generator(device=dev).manual_seed(1)
-        q = torch.randn(B, H, L, D, device=dev, dtype=torch.bfloat16, generator=g)
-        k, v = (torch.randn(B, Hkv, L, D, device=dev, dtype=torch.bfloat16, generator=g)
-                for _ in range(2))
-        kw = {}
-        if bias == "t5":
-            table = torch.randn(32, H, device=dev, generator=g)
-            kw["bias"] = stof.T5Bias(table, mask == "full", 128)
-        if bias == "alibi":
-            kw["alibi"] = torch.tensor([2 ** (-8 * (i + 1) / H) for i in range(H)], device=dev)
-        if bias == "softcap":
-            kw["softcap"] = 50.0
-        m = None if mask == "full" else mask
+    for name, spec, with_bias in RUNS:
+        c = suite_b.Case(torch, dev, spec, SEED)
         try:
-            o = stof.attention(q, k, v, mask=m, **kw)
-            r = {"stof": median_ms(lambda: stof.attention(q, k, v, mask=m, **kw))}
-            if bias is None and mask in ("full", "causal"):
-                kk, vv = (t.repeat_interleave(H // Hkv, 1) for t in (k, v))
-                causal = mask == "causal"
-                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                    ref = F.scaled_dot_product_attention(q, kk, vv, is_causal=causal)
-                    r["cudnn"] = median_ms(
-                        lambda: F.scaled_dot_product_attention(q, kk, vv, is_causal=causal))
-                r["err"] = ((o.float() - ref.float()).abs().max()
-                            / ref.float().abs().max()).item()
-            r["kernel"] = stof.attention_select(q, k, v, mask=m, **kw).kernel
+            out[name] = one(c, c.stof_kwargs(stof) if with_bias else {})
         except Exception as e:  # a build that lacks a feature: its row says why
-            r = {"error": str(e)[:200]}
-        out[name] = r
+            out[name] = {"error": str(e)[:200]}
     return out
 
 
@@ -113,8 +105,8 @@ def main():
         res[lib] = json.loads(line[0][7:]) if line else {}
         if not line:
             print(lib, "failed:", p.stderr[-2000:])
-    for name, *_ in CASES:
-        row = [f"{name:16s}"]
+    for name, _, _ in RUNS:
+        row = [f"{name:38s}"]
         for lib in libs:
             r = res[lib].get(name, {})
             if "stof" not in r:

@@ -84,6 +84,16 @@ class Case:
         # Packed documents: B documents of L tokens each, as one [T, H, D] batch.
         self.packed = self.bias == "packed"
 
+    def stof_kwargs(self, stof):
+        """stof.attention's keyword arguments for the case's bias or cap."""
+        if self.bias == "t5":
+            return {"bias": stof.T5Bias(self.table, self.mask == "full", T5_MAX_DISTANCE)}
+        if self.bias == "alibi":
+            return {"alibi": self.slopes}
+        if self.bias == "softcap":
+            return {"softcap": SOFTCAP}
+        return {}
+
     # ---- semantics shared by the reference and Flex
     def visible(self, i, j):
         """Key j visible from query i (both tensors; same lengths, so no offset)."""
@@ -188,13 +198,7 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
         row[key] = side(label + " timing", lambda: timer.device_ms(lambda s: run(), 1))
 
     # stof
-    kwargs = {}
-    if c.bias == "t5":
-        kwargs["bias"] = stof.T5Bias(c.table, c.mask == "full", T5_MAX_DISTANCE)
-    elif c.bias == "alibi":
-        kwargs["alibi"] = c.slopes
-    elif c.bias == "softcap":
-        kwargs["softcap"] = SOFTCAP
+    kwargs = c.stof_kwargs(stof)
     if c.packed:
         # Documents of L tokens each, one after another: [T, H, D] views of the padded inputs.
         cu = torch.arange(0, (B + 1) * L, L, dtype=torch.int32, device=dev)
