@@ -256,8 +256,16 @@ int serve_http_run(serve_app *app)
             app->model->info.hidden, stof_ctx_device_name(app->model->ctx));
     fflush(stderr);
     int sig = http_wait_for_signal();
+    /* The daemon's polling thread may still hold the listening socket in a
+     * poll() it has not yet woken from (its threads run at a lower priority),
+     * and a socket lives while anything holds it: close() alone would leave
+     * it listening, and a client connecting now would be queued and then
+     * reset rather than refused. shutdown() stops it listening at once. */
     MHD_socket listener = MHD_quiesce_daemon(d);
-    if (listener != MHD_INVALID_SOCKET) close(listener);
+    if (listener != MHD_INVALID_SOCKET) {
+        shutdown(listener, SHUT_RDWR);
+        close(listener);
+    }
     fprintf(stderr, "stof serve: %s: no new connections; answering the requests in flight\n",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
     int left = http_drain(&s);
