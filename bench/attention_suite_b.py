@@ -9,7 +9,10 @@ causal at (1,32,8192,128) and (8,32,2048,128); Mistral's sliding window 4096
 ALiBi causal at (1,32,8192,128); softcap 50 at (4,16,4096,128).
 
 Every side's output is checked against an fp32 reference on a sample of query
-rows (all heads) before it is timed; a side that fails is not timed. SDPA takes
+rows (all heads) before it is timed; a side that fails is not timed. Timed calls
+rotate over input sets that together exceed 3x the L2 (Case.sets), as suite A's
+do, so that no side finds its q, k and v in L2; a T5 bias tensor given to SDPA
+is one tensor, read every call, as a model's layers would. SDPA takes
 what it can compute: dense and causal (is_causal), GQA (enable_gqa), and the
 T5 bias materialised as an additive float mask; FlexAttention takes mask_mod
 and score_mod (a T5 score_mod gathers from the [buckets, H] table).
@@ -64,15 +67,20 @@ class Case:
     """One suite-B case: inputs, the visibility rule, the score modifier, and
     the fp32 reference on sampled rows."""
 
-    def __init__(self, torch, dev, spec, seed):
+    def __init__(self, torch, dev, spec, seed, l2_bytes=0):
         self.name, self.B, self.H, self.Hkv, self.L, self.D, self.mask, self.bias = spec
         self.torch, self.dev = torch, dev
         g = torch.Generator(device=dev).manual_seed(seed)
         B, H, Hkv, L, D = self.B, self.H, self.Hkv, self.L, self.D
         bf = torch.bfloat16
-        self.q = torch.randn(B, H, L, D, generator=g, device=dev).to(bf)
-        self.k = torch.randn(B, Hkv, L, D, generator=g, device=dev).to(bf)
-        self.v = torch.randn(B, Hkv, L, D, generator=g, device=dev).to(bf)
+        # Enough (q, k, v) sets that a pass over them exceeds 3x the L2 (l2_bytes 0: one),
+        # rotated by the timed calls so that every side reads its inputs from memory;
+        # q, k, v are the first set, which the checks use.
+        per_set = (H + 2 * Hkv) * B * L * D * 2
+        n = max(1, min(64, math.ceil(3 * l2_bytes / per_set), (2 << 30) // per_set))
+        self.sets = [tuple(torch.randn(B, h, L, D, generator=g, device=dev).to(bf)
+                           for h in (H, Hkv, Hkv)) for _ in range(n)]
+        self.q, self.k, self.v = self.sets[0]
         self.causal = self.mask == "causal" or self.mask.startswith("window")
         self.window = int(self.mask.split(":")[1]) if self.mask.startswith("window") else None
         self.table = self.slopes = None
@@ -162,11 +170,12 @@ def torch_ones_like(i, j):
 
 
 def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, problems,
-               flex_options=({},)):
-    """One suite-B row (None fields: not measured)."""
+               flex_options=({},), l2_bytes=0):
+    """One suite-B row (None fields: not measured). Each side is run(s) on input set s."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     F = torch.nn.functional
-    c = Case(torch, dev, spec, args.seed)
+    c = Case(torch, dev, spec, args.seed, l2_bytes)
+    n_sets = len(c.sets)
     B, H, Hkv, L, D = c.B, c.H, c.Hkv, c.L, c.D
     row = {"suite": "B", "case": c.name, "B": B, "H": H, "L": L, "D": D, "dtype": "bf16",
            "kv_heads": Hkv, "mask": c.mask if not c.packed else "causal, packed documents",
@@ -185,7 +194,7 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
             return None
 
     def checked_time(label, run, key, err_key=None):
-        out = side(label, run)
+        out = side(label, lambda: run(0))
         if out is None:
             return
         timer.sync()
@@ -195,30 +204,28 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
         if err is None or not err <= tol:
             problems.append(f"{label}: max_rel_err {err} above {tol}: not timed")
             return
-        row[key] = side(label + " timing", lambda: timer.device_ms(lambda s: run(), 1))
+        row[key] = side(label + " timing", lambda: timer.device_ms(run, n_sets))
 
     # stof
     kwargs = c.stof_kwargs(stof)
     if c.packed:
         # Documents of L tokens each, one after another: [T, H, D] views of the padded inputs.
         cu = torch.arange(0, (B + 1) * L, L, dtype=torch.int32, device=dev)
-        qp = c.q.transpose(1, 2).reshape(B * L, H, D)
-        kp = c.k.transpose(1, 2).reshape(B * L, Hkv, D)
-        vp = c.v.transpose(1, 2).reshape(B * L, Hkv, D)
+        packed = [tuple(x.transpose(1, 2).reshape(B * L, -1, D) for x in qkv) for qkv in c.sets]
 
-        def stof_run():
-            o = stof.attention(qp, kp, vp, mask=c.mask, cu_seqlens_q=cu, max_seqlen_q=L)
+        def stof_run(s):
+            o = stof.attention(*packed[s], mask=c.mask, cu_seqlens_q=cu, max_seqlen_q=L)
             return o.reshape(B, L, H, D).transpose(1, 2)
     else:
-        def stof_run():
-            return stof.attention(c.q, c.k, c.v, mask=c.mask, **kwargs)
+        def stof_run(s):
+            return stof.attention(*c.sets[s], mask=c.mask, **kwargs)
     checked_time("stof", stof_run, "stof_ms", "max_rel_err")
     ch = side("select", lambda: stof.attention_select(c.q, c.k, c.v, mask=c.mask, **kwargs))
     if ch is not None:
         row["kernel"] = f"{ch.kernel} {ch.block_m}x{ch.block_n} w{ch.warps}"
     if c.bias == "t5":
         row["stof_nobias_ms"] = side("stof without bias", lambda: timer.device_ms(
-            lambda s: stof.attention(c.q, c.k, c.v, mask=c.mask), 1))
+            lambda s: stof.attention(*c.sets[s], mask=c.mask), n_sets))
     if row["stof_ms"]:
         row["stof_tflops"] = round(c.flops() / (row["stof_ms"] * 1e-3) / 1e12, 1)
 
@@ -251,20 +258,20 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
                 return SOFTCAP * torch.tanh(s / SOFTCAP)
         gqa = Hkv != H
         if c.packed:
-            qf, kf, vf = (x.transpose(1, 2).reshape(1, B * L, -1, D).transpose(1, 2)
-                          for x in (c.q, c.k, c.v))
+            flat = [tuple(x.transpose(1, 2).reshape(1, B * L, -1, D).transpose(1, 2)
+                          for x in qkv) for qkv in c.sets]
         # Inductor's defaults first, then smaller tiles (shared memory), as suite A does.
         for opts in flex_options:
             kw = {"kernel_options": dict(opts)} if opts else {}
             if c.packed:
-                def run(kw=kw):
-                    o = flex(qf, kf, vf, block_mask=block_mask, enable_gqa=gqa, **kw)
+                def run(s, kw=kw):
+                    o = flex(*flat[s], block_mask=block_mask, enable_gqa=gqa, **kw)
                     return o.transpose(1, 2).reshape(B, L, H, D).transpose(1, 2)
             else:
-                def run(kw=kw):
-                    return flex(c.q, c.k, c.v, score_mod=score_mod, block_mask=block_mask,
+                def run(s, kw=kw):
+                    return flex(*c.sets[s], score_mod=score_mod, block_mask=block_mask,
                                 enable_gqa=gqa, **kw)
-            if side(f"flex {opts or 'default options'}", run) is None:
+            if side(f"flex {opts or 'default options'}", lambda: run(0)) is None:
                 continue
             row["flex_options"] = dict(opts)
             checked_time("flex", run, "flex_ms", "flex_max_rel_err")
@@ -277,9 +284,9 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
         for key, backend in (("sdpa_flash_ms", SDPBackend.FLASH_ATTENTION),
                              ("sdpa_cudnn_ms", SDPBackend.CUDNN_ATTENTION),
                              ("sdpa_efficient_ms", SDPBackend.EFFICIENT_ATTENTION)):
-            def run(backend=backend):
+            def run(s, backend=backend):
                 with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(c.q, c.k, c.v, is_causal=c.causal,
+                    return F.scaled_dot_product_attention(*c.sets[s], is_causal=c.causal,
                                                           enable_gqa=Hkv != H)
             checked_time(f"sdpa {backend.name.lower()}", run, key)
     # The T5 bias materialised as an additive float mask: cuDNN, else efficient.
@@ -290,9 +297,9 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
         if c.mask == "causal":
             bias = bias.masked_fill(i[None] > i[:, None], float("-inf"))
         for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
-            def run(backend=backend):
+            def run(s, backend=backend):
                 with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(c.q, c.k, c.v, attn_mask=bias)
+                    return F.scaled_dot_product_attention(*c.sets[s], attn_mask=bias)
             before = row["sdpa_bias_ms"]
             checked_time(f"sdpa {backend.name.lower()} + bias", run, "sdpa_bias_ms")
             if row["sdpa_bias_ms"] is not None and before is None:

@@ -502,7 +502,7 @@ def main(argv=None):
             problems = []
             row, failed = attention_suite_b.run_b_case(torch, stof, flex, create_block_mask,
                                                        timer, dev, spec, args, problems,
-                                                       FLEX_OPTIONS)
+                                                       FLEX_OPTIONS, l2_bytes)
             cases.append(row)
             failures += failed
             print(f"[{time.perf_counter() - t0:5.1f}s] B {spec[0]} {spec[1:6]}: stof "

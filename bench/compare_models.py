@@ -24,8 +24,13 @@ phase 1 cases; (4) the kernel profiles (below), after every timing.
   hf_compile_ms  the SDPA model under torch.compile (dynamic=False); a compile per
                  shape costs tens of seconds, so the long sweep runs it only with
                  --long-compile (the reason is recorded otherwise)
+  tokens         real tokens, the mean over the rotated input sets (the times are
+                 medians over those sets, so the floors below are of that mean)
   floor_ms       2 * params * real tokens (+ the attention's FLOPs over the visible
-                 pairs) at the dense fp16 GEMM rate measured in this run (8192^3)
+                 pairs) at the dense fp16 GEMM rate measured in this run (8192^3);
+                 params include the token embedding table (a gather, not a product:
+                 38.6M of ModernBERT-base's 149M, 263M of LLaMA-1B's 1.24B), which
+                 makes this floor higher than any forward's products need
   gemm_floor_ms  the same forward's linears at their own shapes: cuBLAS through torch
                  (F.linear, fp16, no bias) timed alone per distinct shape in this run,
                  with QKV and a GLU's two halves each one GEMM (as stof runs them),
@@ -384,7 +389,9 @@ def run_case(torch, timer, F, B, L, kind, args, skip, rate, device):
     sets = [ce.make_inputs(torch, B, L, args.seed + 7919 * B + L + 104729 * s, device,
                            padded=kind == "padded", vocab=vocab)
             for s in range(args.sets)]
-    row = {"family": fam, "B": B, "L": L, "mask": mask_name, "tokens": sum(sets[0].lengths),
+    # The timings are medians over the rotated sets, so the floors are of their mean.
+    tokens = round(sum(sum(s.lengths) for s in sets) / len(sets))
+    row = {"family": fam, "B": B, "L": L, "mask": mask_name, "tokens": tokens,
            "stof_ms": None, "hf_eager_ms": None, "hf_sdpa_ms": None, "hf_compile_ms": None,
            "floor_ms": None, "max_rel_err": None, "problems": list(F.problems), "skipped": {}}
     masks, vis_count = None, None
@@ -396,11 +403,10 @@ def run_case(torch, timer, F, B, L, kind, args, skip, rate, device):
             del vis
         except Exception as e:
             row["problems"].append(ce.brief_error("HF dense mask", e))
-    flops = 2 * F.params * row["tokens"] + attention_flops(fam, cfg, sets[0].lengths, vis_count)
-    row["floor_ms"] = round(flops / (rate * 1e12) * 1e3, 4)
-    gemms = gemm_floor_ms(torch, fam, cfg, row["tokens"], device, F.gemm_times)
+    attn = sum(attention_flops(fam, cfg, s.lengths, vis_count) for s in sets) / len(sets)
+    row["floor_ms"] = round((2 * F.params * tokens + attn) / (rate * 1e12) * 1e3, 4)
+    gemms = gemm_floor_ms(torch, fam, cfg, tokens, device, F.gemm_times)
     if gemms is not None:
-        attn = attention_flops(fam, cfg, sets[0].lengths, vis_count)
         row["gemm_floor_ms"] = round(gemms + attn / (rate * 1e12) * 1e3, 4)
     sides = {}
     if F.stof is not None:

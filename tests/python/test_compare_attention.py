@@ -264,3 +264,17 @@ def test_mask_tables_are_never_indexed_by_query_and_key_together(name):
     assert all(len(s) < 2 or s[-1] == 1 for s in shapes), shapes  # never spans the keys
     if name in ("bigbird", "paper-bigbird", "varlen"):
         assert shapes  # the probe saw the lookups
+
+
+def test_suite_b_inputs_rotate_past_the_l2():
+    """Suite B's timed calls rotate over input sets that together exceed 3x the
+    L2 (one set when the L2 is not given); the checks use the first."""
+    import attention_suite_b as sb
+    spec = ("gqa causal", 2, 4, 2, 64, 32, "causal", None)
+    per_set = (4 + 2 * 2) * 2 * 64 * 32 * 2
+    c = sb.Case(torch, torch.device("cpu"), spec, 3, l2_bytes=1 << 20)
+    assert len(c.sets) == -(-3 * (1 << 20) // per_set)
+    assert c.q is c.sets[0][0] and c.k is c.sets[0][1] and c.v is c.sets[0][2]
+    assert [tuple(x.shape) for x in c.sets[-1]] == [(2, 4, 64, 32), (2, 2, 64, 32), (2, 2, 64, 32)]
+    assert not torch.equal(c.sets[0][0], c.sets[1][0])  # fresh inputs, not copies
+    assert len(sb.Case(torch, torch.device("cpu"), spec, 3).sets) == 1
