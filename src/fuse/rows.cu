@@ -98,11 +98,9 @@ static __device__ __forceinline__ int wrap_add(int c, int step, int n)
  * modulo per vector and the activation switched at run time, exact GELU over
  * 16384 x 3072 took 9% longer on an H200; loading two or four vectors per
  * step before the math was slower too (the registers cost more occupancy
- * than the extra loads in flight gain). The erff of exact GELU is what keeps
- * the kernel above ReLU's time (69 against 55 us at that size); a
- * branchless rational erf, 4e-7 from erf, took 64 us, and stays out: the
- * gain is small next to a forward and the activation would stop being
- * erff's. */
+ * than the extra loads in flight gain). Exact GELU's erf is what keeps the
+ * kernel above ReLU's time (69 against 55 us at that size with erff; a
+ * branchless erf, vec.cuh's fuse_erf now, took 64). */
 template <typename T, int ACT>
 __global__ void __launch_bounds__(256)
     bias_act_kernel(const T *x, const T *__restrict__ bias, T *y, int nvec, int row_vecs)
