@@ -242,7 +242,7 @@ static __device__ __forceinline__ void ws_apply_mods(float (&s)[64], const ws_mo
     if (cap != 0.0f) {
 #pragma unroll
         for (int i = 0; i < 64; i++)
-            s[i] = cap * attn_tanh(s[i] * mul);
+            s[i] = cap * tanh_approx(s[i] * mul);
     } else {
 #pragma unroll
         for (int i = 0; i < 64; i++)

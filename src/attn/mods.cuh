@@ -129,16 +129,6 @@ static __device__ __forceinline__ float attn_mod_bias(const attn_mod_ctx &c, int
     }
 }
 
-/* tanh from one exp2 and one reciprocal, both MUFU ops: absolute error a few
- * 1e-7 (what a capped score needs: cap times it), where tanhf takes a long
- * polynomial and a plain division the checked IEEE subroutine (the soft-cap
- * variant ran 2.7 times the time of the uncapped one with it at head dim
- * 128). Saturates to +-1: 1 / inf is 0. */
-static __device__ __forceinline__ float attn_tanh(float x)
-{
-    return fmaf(-2.0f, rcp_approx(1.0f + exp2_approx(x * (2.0f * ATTN_LOG2E))), 1.0f);
-}
-
 /* Key minus query of element e of n-block j, less the thread's base (split 1). */
 #define ATTN_MOD_DELTA(j, e) (8 * (j) + ((e)&1) - 8 * ((e) >> 1))
 
@@ -201,7 +191,7 @@ static __device__ __forceinline__ void attn_apply_mods(float (&s)[NB][4], const 
         for (int j = 0; j < NB; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
-                s[j][e] = c.cap * attn_tanh(s[j][e] * in);
+                s[j][e] = c.cap * tanh_approx(s[j][e] * in);
     }
     /* what turns a score into the kernel's units: done by the cap, else here */
     const float k = capped ? 1.0f : c.scale * c.out;

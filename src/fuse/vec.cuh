@@ -45,14 +45,18 @@ template <typename T> static __device__ __forceinline__ void store2(T *p, float 
     *reinterpret_cast<uint32_t *>(p) = pack2<ptx_bf16<T>>(lo, hi);
 }
 
-/* erf without branches (Abramowitz and Stegun 7.1.26: 1 - t poly(t) e^(-x^2),
- * t = 1 / (1 + p |x|), the sign put back), within 5e-7 of erf over all x
- * in fp32: exact GELU's error from it is under 3e-7 |x|, far below a 16-bit
- * output's rounding. erff branches on |x|, so a warp cannot overlap one element's with
- * the next's; in gemm_sm90's GLU epilogue, where one warp per scheduler runs
- * 64 of them back to back, they took as long as the tile's MMAs (clock64 in
- * the kernel at ModernBERT's FFN1: 10k cycles an epilogue against 8k of main
- * loop), which the ping-pong cannot hide. */
+/* The activations in the GEMM epilogues are branch-free MUFU forms, not
+ * erff, tanhf or a division (each a routine with branches on its argument):
+ * in gemm_sm90's GLU epilogue one warp a scheduler runs 64 of them back to
+ * back, and with erff they took longer than the tile's MMAs, which the
+ * ping-pong cannot hide (clock64 in the kernel at ModernBERT's FFN1, [23923 x
+ * 768] x [768 x 2304]: 10k cycles an epilogue against 8k of main loop; with
+ * fuse_erf the GEMM went from 0.1626 to 0.1444 ms, cuBLASLt's plain GEMM of
+ * the same output taking 0.1223). Exact GELU's erf here is Abramowitz and
+ * Stegun's 7.1.26 (1 - t poly(t) e^(-x^2), t = 1 / (1 + p |x|), the sign put
+ * back), within 5e-7 of erf in fp32: the GELU's error from it is under 3e-7
+ * |x|, and the tanh and the SiLU's reciprocal are a few 1e-7 off, all far
+ * below a 16-bit output's rounding. */
 static __device__ __forceinline__ float fuse_erf(float x)
 {
     const float a = fabsf(x);
@@ -71,10 +75,10 @@ static __device__ __forceinline__ float act_apply(float x, int act)
     case ACT_GELU: return 0.5f * x * (1.f + fuse_erf(x * 0.70710678118654752f));
     case ACT_GELU_TANH: {
         float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-        return 0.5f * x * (1.f + tanhf(u));
+        return 0.5f * x * (1.f + tanh_approx(u));
     }
     case ACT_RELU: return x > 0.f ? x : 0.f;
-    case ACT_SILU: return x / (1.f + __expf(-x));
+    case ACT_SILU: return x * rcp_approx(1.f + __expf(-x));
     default: return x;
     }
 }
