@@ -70,14 +70,14 @@
  * normalise waited and the rest exited, leaving their SMs to the next GEMM's
  * early weight fetch.
  *
- * Also measured and left out (bench/results/fuse-left-out-2026-11-26-h100.txt):
- * the ping-pong tiles in 2-CTA clusters with the w tile multicast, 3-9%
- * slower than unclustered (at ModernBERT's FFN1, [23923 x 768] x [768 x
- * 2304], this kernel runs at 0.77 of cuBLAS's rate, and at 4096 rows Nsight
- * Compute found its L2 32% busy: operand traffic is not what it lacks); and
- * RoPE in this epilogue for the QKV projection, slower than cuBLASLt plus the
- * separate pass, since this kernel is slower than cuBLASLt on QKV shapes by
- * more than that pass costs.
+ * Also measured and left out (bench/results/fuse-left-out-2026-11-26-h100.txt),
+ * when this kernel ran ModernBERT's FFN1 ([23923 x 768] x [768 x 2304]) at
+ * 0.77 of cuBLAS's rate with erff in its GLU epilogue (vec.cuh says why that
+ * epilogue held it back): the ping-pong tiles in 2-CTA clusters with the w
+ * tile multicast, 3-9% slower than unclustered (Nsight Compute had found the
+ * L2 32% busy: operand traffic is not what this kernel lacks); and RoPE in
+ * this epilogue for the QKV projection, with sincosf per pair, slower than
+ * cuBLASLt plus the separate pass.
  *
  * Two more epilogues: a residual added after the bias (act none; the
  * pre-norm layers' x = x + a w^T + b, residual and y the same buffer, each

@@ -99,8 +99,8 @@ static __device__ __forceinline__ int wrap_add(int c, int step, int n)
  * 16384 x 3072 took 9% longer on an H200; loading two or four vectors per
  * step before the math was slower too (the registers cost more occupancy
  * than the extra loads in flight gain). Exact GELU's erf is what keeps the
- * kernel above ReLU's time (69 against 55 us at that size with erff; a
- * branchless erf, vec.cuh's fuse_erf now, took 64). */
+ * kernel above ReLU's time (69 against 55 us at that size with erff, 64 with
+ * a branchless rational erf; vec.cuh's fuse_erf is branchless too). */
 template <typename T, int ACT>
 __global__ void __launch_bounds__(256)
     bias_act_kernel(const T *x, const T *__restrict__ bias, T *y, int nvec, int row_vecs)

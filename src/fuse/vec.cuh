@@ -45,18 +45,19 @@ template <typename T> static __device__ __forceinline__ void store2(T *p, float 
     *reinterpret_cast<uint32_t *>(p) = pack2<ptx_bf16<T>>(lo, hi);
 }
 
-/* The activations in the GEMM epilogues are branch-free MUFU forms, not
- * erff, tanhf or a division (each a routine with branches on its argument):
- * in gemm_sm90's GLU epilogue one warp a scheduler runs 64 of them back to
- * back, and with erff they took longer than the tile's MMAs, which the
- * ping-pong cannot hide (clock64 in the kernel at ModernBERT's FFN1, [23923 x
- * 768] x [768 x 2304]: 10k cycles an epilogue against 8k of main loop; with
- * fuse_erf the GEMM went from 0.1626 to 0.1444 ms, cuBLASLt's plain GEMM of
- * the same output taking 0.1223). Exact GELU's erf here is Abramowitz and
- * Stegun's 7.1.26 (1 - t poly(t) e^(-x^2), t = 1 / (1 + p |x|), the sign put
- * back), within 5e-7 of erf in fp32: the GELU's error from it is under 3e-7
- * |x|, and the tanh and the SiLU's reciprocal are a few 1e-7 off, all far
- * below a 16-bit output's rounding. */
+/* The activations in the GEMM epilogues are branch-free MUFU forms, not erff,
+ * tanhf or a division (each a routine with branches on its argument): in
+ * gemm_sm90's GLU epilogue one warp a scheduler runs 64 of them back to back,
+ * and with erff they took longer than the tile's MMAs, which the ping-pong
+ * cannot hide (clock64 in the kernel at ModernBERT's FFN1, [23923 x 768] x
+ * [768 x 2304]: 10k cycles an epilogue against 8k of main loop; with fuse_erf
+ * the GEMM went from 0.77 to 0.85 of the rate of cuBLASLt's plain GEMM of the
+ * same output: bench/results/fuse-glu-2026-11-26b-h100.txt). Exact GELU's erf
+ * here is Abramowitz and Stegun's 7.1.26 (1 - t poly(t) e^(-x^2), t = 1 / (1 +
+ * p |x|), the sign put back), within 5e-7 of erf in fp32: the GELU's error
+ * from it is under 3e-7 |x|, and the tanh and the SiLU's reciprocal are a few
+ * 1e-7 off, all far below a 16-bit output's rounding.
+ */
 static __device__ __forceinline__ float fuse_erf(float x)
 {
     const float a = fabsf(x);
