@@ -56,8 +56,7 @@ template <typename T> static __device__ __forceinline__ void store2(T *p, float 
  * here is Abramowitz and Stegun's 7.1.26 (1 - t poly(t) e^(-x^2), t = 1 / (1 +
  * p |x|), the sign put back), within 5e-7 of erf in fp32: the GELU's error
  * from it is under 3e-7 |x|, and the tanh and the SiLU's reciprocal are a few
- * 1e-7 off, all far below a 16-bit output's rounding.
- */
+ * 1e-7 off, all far below a 16-bit output's rounding. */
 static __device__ __forceinline__ float fuse_erf(float x)
 {
     const float a = fabsf(x);
