@@ -532,7 +532,7 @@ def run_case(torch, timer, row, sides, reference, sets, tol, check=("stof",), sk
         """Hands the blocks torch's allocator caches back to the device, so that each
         side starts with the memory the previous one used: HF SDPA's activations
         at LLaMA-1B (16, 2048) filled an 80 GB GPU, and stof's next call then ran
-        out of memory, or at other shapes ran up to 40% over its kernel time."""
+        out of memory in one run and 42% over its kernel time in another."""
         timer.sync()
         if timer.cuda:
             gc.collect()
