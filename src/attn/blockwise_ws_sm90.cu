@@ -94,8 +94,8 @@
  * the prologue it hides where rows are short, which the static split's
  * 3% imbalance at (8, 32, 2048) spends again (a dynamic scheduler needs a
  * counter per launch). Against cuDNN's SDPA in compare_attention.py's suite
- * B (bench/results/attention-2026-11-26c-h100.json): 0.96-1.02 of its speed
- * on dense and causal at 4096-8192 keys, 0.92 on GQA causal (8, 32, 2048).
+ * B (bench/results/attention-2026-11-26d-h100.json): 0.96-1.02 of its speed
+ * on dense and causal at 4096-8192 keys, 0.91 on GQA causal (8, 32, 2048).
  * Bands, ALiBi and the soft cap here rather than on blockwise_sm90.cu:
  * window:4096:0 over 16384 keys 2.00 -> 1.6-1.7 ms, ALiBi causal (1, 32,
  * 8192) 1.34 -> 1.05-1.09, soft cap (4, 16, 4096) 1.68 -> 1.47-1.49.
