@@ -296,25 +296,6 @@ static __device__ __forceinline__ int ws_opaque_one(void)
     return x;
 }
 
-/* The ping-pong of the two consumers: c waits for its turn (named barrier
- * 1 + c, which the other consumer's arrivals complete) and, once its products
- * are issued, hands the turn over. */
-static __device__ __forceinline__ void ws_turn_wait(int c)
-{
-    if (c == 0)
-        named_bar_sync<1, WS_CONSUMERS>();
-    else
-        named_bar_sync<2, WS_CONSUMERS>();
-}
-
-static __device__ __forceinline__ void ws_turn_pass(int c)
-{
-    if (c == 0)
-        named_bar_arrive<2, WS_CONSUMERS>();
-    else
-        named_bar_arrive<1, WS_CONSUMERS>();
-}
-
 /* Shared memory: Q (one 64-row tile per consumer), the consumers' output
  * staging tiles (apart from Q, so that the next item's Q may land while this
  * item's output leaves), two K and two V stages, and the mbarriers. */
@@ -599,18 +580,18 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
 
         /* The second consumer lets the first issue first, once: from then
          * on the turn passes on from item to item (below). */
-        if (c == 1 && live == 0) ws_turn_pass(c);
+        if (c == 1 && live == 0) pingpong_pass<WS_CONSUMERS>(c);
         const bool more = c == 1 && ws_live_after<MASK>(a, t, row_blocks, units);
         mbar_wait(sm.q_full, live & 1);
 
         /* Tile 0: S_0 and its softmax. */
         int st = g0 & 1;
         mbar_wait(sm.k_full + 8 * st, (g0 >> 1) & 1);
-        ws_turn_wait(c);
+        pingpong_wait<WS_CONSUMERS>(c);
         wgmma_fence();
         ws_issue_scores<BF16>(sc, q_desc, desc_at(k_desc, st * WS_KV_TILE));
         wgmma_commit();
-        ws_turn_pass(c);
+        pingpong_pass<WS_CONSUMERS>(c);
         wgmma_wait<0>();
         reg_fence(sc);
         mbar_arrive(sm.k_empty + 8 * st);
@@ -629,13 +610,13 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
             /* K_i, and V_{i-1}, which the producer issued before it. */
             mbar_wait(sm.k_full + 8 * st, (g >> 1) & 1);
             mbar_wait(sm.v_full + 8 * (st ^ 1), ((g - 1) >> 1) & 1);
-            ws_turn_wait(c);
+            pingpong_wait<WS_CONSUMERS>(c);
             wgmma_fence();
             ws_issue_scores<BF16>(sc, q_desc, desc_at(k_desc, st * WS_KV_TILE));
             wgmma_commit();
             ws_issue_pv<BF16>(o, p, desc_at(v_desc, (st ^ 1) * WS_KV_TILE));
             wgmma_commit();
-            ws_turn_pass(c);
+            pingpong_pass<WS_CONSUMERS>(c);
             wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
             reg_fence(sc);
             mbar_arrive(sm.k_empty + 8 * st);
@@ -662,11 +643,11 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
         const int g = g0 + n - 1;
         st = g & 1;
         mbar_wait(sm.v_full + 8 * st, (g >> 1) & 1);
-        ws_turn_wait(c);
+        pingpong_wait<WS_CONSUMERS>(c);
         wgmma_fence();
         ws_issue_pv<BF16>(o, p, desc_at(v_desc, st * WS_KV_TILE));
         wgmma_commit();
-        if (c == 0 || more) ws_turn_pass(c);
+        if (c == 0 || more) pingpong_pass<WS_CONSUMERS>(c);
         wgmma_wait<0>();
         reg_fence(o);
         mbar_arrive(sm.v_empty + 8 * st);

@@ -154,6 +154,26 @@ template <int ID, int N> static __device__ __forceinline__ void named_bar_arrive
     asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(N) : "memory");
 }
 
+/* The ping-pong of two consumer warpgroups (N threads together) taking the
+ * tensor cores in turns: warpgroup c waits for its turn (named barrier 1 + c,
+ * which the other's arrivals complete) and, once its products are issued,
+ * hands the turn over (gemm_sm90.cu, blockwise_ws_sm90.cu). */
+template <int N> static __device__ __forceinline__ void pingpong_wait(int c)
+{
+    if (c == 0)
+        named_bar_sync<1, N>();
+    else
+        named_bar_sync<2, N>();
+}
+
+template <int N> static __device__ __forceinline__ void pingpong_pass(int c)
+{
+    if (c == 0)
+        named_bar_arrive<2, N>();
+    else
+        named_bar_arrive<1, N>();
+}
+
 /* ---------------------------------------------------------------- host: tensor maps */
 
 typedef PFN_cuTensorMapEncodeTiled_v12000 stof_tma_encode_fn;

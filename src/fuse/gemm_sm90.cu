@@ -493,12 +493,7 @@ __global__ void __launch_bounds__(sm90_traits<BM, BN, WM, WN, STAGES>::THREADS,
                 ring_advance<STAGES>(stage, phase, ktiles);
                 continue;
             }
-            if (turn > 0) {
-                if (wg == 0)
-                    named_bar_sync<1, 256>();
-                else
-                    named_bar_sync<2, 256>();
-            }
+            if (turn > 0) pingpong_wait<256>(wg);
         }
         int tm, tn;
         tile_coords(item % tiles, tiles_m, tiles_n, tm, tn);
@@ -528,12 +523,7 @@ __global__ void __launch_bounds__(sm90_traits<BM, BN, WM, WN, STAGES>::THREADS,
         /* Every slot of this turn has been waited for: the next turn may start
          * while this one's last MMAs and epilogue run. */
         if constexpr (G::PINGPONG) {
-            if (next < items) {
-                if (wg == 0)
-                    named_bar_arrive<2, 256>();
-                else
-                    named_bar_arrive<1, 256>();
-            }
+            if (next < items) pingpong_pass<256>(wg);
         }
         wgmma_wait<0>();
         if (lane == 0) mbar_arrive(empty + 8 * prev);
