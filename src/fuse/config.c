@@ -268,9 +268,10 @@ fuse_config fuse_config_sm90_small(void)
  * on a GLU up projection runs SM90_GLU_TILE (any compiled gemm_sm90 config:
  * block_m, block_n, block_k, warps_m, warps_n, stages) instead of
  * fuse_config_default's cooperative 128x256; INT64_MAX: never. The GLU
- * epilogue (act(a) * b, exact GELU some 25 instructions an element) leaves
- * the tensor cores idle for about a quarter of a 128x256 tile at K = 768.
- * The ping-pong tiles run it under the other warpgroup's main loop, and the
+ * epilogue (act(a) * b) leaves a cooperative tile's tensor cores idle while
+ * it runs: 36% of a 128x256 tile's time at K = 768 with erff (clock64 in the
+ * kernel; vec.cuh). The ping-pong tiles run it under the other warpgroup's
+ * main loop, and the
  * two-CTA 128x128 under the other CTA's, but they load 2 (128x128) or 2.5
  * (64x256) bytes per output and K step rather than 1.5. Which wins is
  * measured by bench_fuse --glu (every config's row at 4096 .. 23923 tokens):
@@ -278,7 +279,10 @@ fuse_config fuse_config_sm90_small(void)
  * ping-pong ran as fast as the 128x256 on ModernBERT-base's up projection
  * from 16384 tokens and 17% faster at 4096, and 3-20% faster on
  * LLaMA-3.2-1B's at every count; the 128x128 ping-pong lost on ModernBERT's
- * and the two-CTA 128x128 on both. Below 4096 rows nothing was measured.
+ * and the two-CTA 128x128 on both. With vec.cuh's branch-free activations
+ * (fuse-glu-2026-11-26b-h100.txt) the 64x256 still led at every count but
+ * LLaMA's 4096 rows, where the 128x128 ping-pong was 3% faster. Below 4096
+ * rows nothing was measured.
  */
 #define SM90_GLU_ROWS 4096
 #define SM90_GLU_TILE 64, 256, 64, 1, 2, 5

@@ -42,10 +42,10 @@
  * tiles (64x256, or 128x128 as two m64 blocks), the CTA's tiles taken in
  * turns, and the producer fills one ring for both in turn order. A named
  * barrier per warpgroup orders the main loops, so one warpgroup's epilogue
- * runs while the other's MMAs do (the GLU epilogue with exact GELU is about
- * a quarter of a 128x256 tile at K = 768). It loads 2.5 (64x256) or 2
- * (128x128) bytes per output and K step against the 128x256 tile's 1.5;
- * which wins is bench_fuse --glu's to say (config.c's GLU rule).
+ * runs while the other's MMAs do (the GLU epilogue with erff took 36% of a
+ * 128x256 tile's time at K = 768). It loads 2.5 (64x256) or 2 (128x128)
+ * bytes per output and K step against the 128x256 tile's 1.5; which wins is
+ * bench_fuse --glu's to say (config.c's GLU rule).
  *
  * A last shape serves a few hundred rows (the encoder's small batches): a
  * 64x64 tile, one consumer warpgroup and 12 stages, so that a K of 768 is
