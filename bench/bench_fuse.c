@@ -252,12 +252,36 @@ static const char *cross_check(const bench_case *tpl_case, const bench_case *lt_
     return d <= 2e-2 ? "" : "  MISMATCH";
 }
 
-/* Prints one timed case against the baseline (cross-checked up to 2048 tokens). */
+/* Prints one timed case against the baseline, with its cross-check's flag. */
 static void report_case(const char *model, int64_t tokens, const char *seg, const char *name,
                         double ms, double base_ms, double flops, const char *flag)
 {
     printf("%-10s T=%-6lld %-10s %-34s %9.4f ms %7.1f TF/s  %.2fx%s\n", model, (long long)tokens,
            seg, name, ms, flops / ms * 1e-9, base_ms > 0 ? base_ms / ms : 0.0, flag);
+}
+
+/* Whether config fits the shape [tokens, k] x [k, n]; where it does not, its
+ * row says why. */
+static bool config_fits(stof_ctx *ctx, const fuse_config *config, const char *model, int64_t tokens,
+                        const char *seg, const char *name, int64_t n, int64_t k)
+{
+    if (fuse_config_check_shape(config, tokens, (int)n, (int)k, ctx->smem_per_block_optin) ==
+        STOF_OK)
+        return true;
+    printf("%-10s T=%-6lld %-10s %-34s (does not fit: %s)\n", model, (long long)tokens, seg, name,
+           stof_last_error());
+    return false;
+}
+
+/* Times c and prints its row, its output compared with ref's where check. */
+static void time_and_report(const bench_case *c, const bench_case *ref, bool check, void *out,
+                            int64_t out_elems, stof_dtype dt, const char *model, int64_t tokens,
+                            const char *seg, const char *name, double base_ms, double flops)
+{
+    double ms = time_case(c);
+    if (ms < 0) return;
+    const char *flag = check ? cross_check(c, ref, out, out_elems, dt) : "";
+    report_case(model, tokens, seg, name, ms, base_ms, flops, flag);
 }
 
 /* Every config of tpl (those that do not fit say why), then its default
@@ -279,12 +303,7 @@ static void bench_configs(stof_ctx *ctx, bench_case c, const bench_case *lt, dou
         if (i < count) {
             c.choice.config = list[i];
             fuse_config_format(&list[i], name, sizeof name);
-            if (fuse_config_check_shape(&list[i], tokens, (int)n, (int)k,
-                                        ctx->smem_per_block_optin) != STOF_OK) {
-                printf("%-10s T=%-6lld %-10s %-34s (does not fit: %s)\n", model, (long long)tokens,
-                       seg, name, stof_last_error());
-                continue;
-            }
+            if (!config_fits(ctx, &list[i], model, tokens, seg, name, n, k)) continue;
         } else if (extra) {
             c.choice.config = fuse_config_default(tpl, tokens, (int)n, (int)k, ctx->sm_count,
                                                   ctx->smem_per_block_optin);
@@ -295,11 +314,8 @@ static void bench_configs(stof_ctx *ctx, bench_case c, const bench_case *lt, dou
             memset(&c.choice.config, 0, sizeof c.choice.config);
             snprintf(name, sizeof name, "stof default rule");
         }
-        double ms = time_case(&c);
-        if (ms < 0) continue;
-        const char *flag =
-            tokens <= 2048 && base_ms > 0 ? cross_check(&c, lt, out, out_elems, dt) : "";
-        report_case(model, tokens, seg, name, ms, base_ms, flops, flag);
+        time_and_report(&c, lt, tokens <= 2048 && base_ms > 0, out, out_elems, dt, model, tokens,
+                        seg, name, base_ms, flops);
     }
 }
 
@@ -400,16 +416,9 @@ static void bench_glu_shape(stof_ctx *ctx, fuse_ws ws, const char *model, int64_
             fuse_config_format(&c.choice.config, rule, sizeof rule);
             snprintf(name, sizeof name, "glu rule: %s", rule);
         }
-        if (fuse_config_check_shape(&c.choice.config, T, 2 * inter, hidden,
-                                    ctx->smem_per_block_optin) != STOF_OK) {
-            printf("%-10s T=%-6lld %-10s %-34s (does not fit: %s)\n", model, (long long)T, seg,
-                   name, stof_last_error());
-            continue;
-        }
-        double ms = time_case(&c);
-        if (ms < 0) continue;
-        report_case(model, T, seg, name, ms, sol_ms, flops,
-                    cross_check(&c, &unfused, y, T * inter, c.lin.dtype));
+        if (!config_fits(ctx, &c.choice.config, model, T, seg, name, 2 * inter, hidden)) continue;
+        time_and_report(&c, &unfused, true, y, T * inter, c.lin.dtype, model, T, seg, name, sol_ms,
+                        flops);
     }
 }
 
