@@ -1,10 +1,11 @@
 """test_serve.py — `stof serve` over loopback on the CPU: its embeddings against `stof embed`
 for the same texts (the real all-MiniLM-L6-v2 under models/, and a tiny BERT folder built
 from tests/data/tiny_bert with a 100-token vocabulary), every kind of bad input with its
-status and JSON error body, a full queue, 32 concurrent clients, and SIGTERM draining the
-requests in flight, the connection threads' lower priority. Servers listen on a free loopback port (--port 0). Skipped only when
-the stof tool was built without libmicrohttpd; the MiniLM checks skip, as the project's
-other golden tests do, when models/all-MiniLM-L6-v2 is absent.
+status and JSON error body, a full queue, 32 concurrent clients, SIGTERM draining the
+requests in flight, and the connection threads' lower priority. Servers listen on a free
+loopback port (--port 0). Skipped only when the stof tool was built without libmicrohttpd;
+the MiniLM checks skip, as the project's other golden tests do, when
+models/all-MiniLM-L6-v2 is absent.
 """
 
 import base64
