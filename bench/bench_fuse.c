@@ -23,8 +23,19 @@
  * the GLU in its epilogue and the config the GLU rule picks
  * (fuse_config_sm90_glu), each output compared with the unfused path's.
  *
- * usage: bench_fuse [--quick] [--bf16] [--max-tokens N] [--glu]   exits 77 without a GPU
+ * --rope instead times a RoPE layer's QKV projection, no bias, positions of
+ * packed sequences of 2048: ModernBERT-base (768 -> 12 + 2 x 12 heads of 64)
+ * at 4096, 16384 and 23923 tokens, LLaMA-3.2-1B (2048 -> 32 + 2 x 8 heads of
+ * 64) at 4096 and 16384. First the plain cuBLASLt GEMM (the speed of light
+ * the ratios are against), then the unfused path (that GEMM, then fuse_rope
+ * over q and k), then every gemm_sm90 config that carries the rotation in
+ * its epilogue (fuse_rope_epi) and the config the plan's rule picks
+ * (fuse_config_sm90_rope), each output compared with the unfused path's.
+ *
+ * usage: bench_fuse [--quick] [--bf16] [--max-tokens N] [--glu | --rope]
+ * exits 77 without a GPU
  */
+#include "cpu/cpu_ref.h"
 #include "fuse/fuse.h"
 
 #include <cuda_runtime_api.h>
@@ -33,8 +44,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* SEG_LT_GLU: the linear (no glu) into lin.y, then fuse_glu of it into glu_y. */
-typedef enum seg_kind { SEG_LINEAR_ACT, SEG_LINEAR_LN, SEG_FFN, SEG_LT_GLU } seg_kind;
+/* SEG_LT_GLU: the linear (no glu) into lin.y, then fuse_glu of it into glu_y.
+ * SEG_LT_ROPE: the linear (no rope) into lin.y, then fuse_rope over it as
+ * lin.rope describes. */
+typedef enum seg_kind { SEG_LINEAR_ACT, SEG_LINEAR_LN, SEG_FFN, SEG_LT_GLU, SEG_LT_ROPE } seg_kind;
 
 typedef struct bench_case {
     stof_ctx *ctx;
@@ -58,6 +71,15 @@ static stof_status run_case(const bench_case *c)
         if (st != STOF_OK) return st;
         return fuse_glu(c->ctx, c->lin.dtype, c->lin.m, c->lin.n / 2, c->lin.y, c->glu_act,
                         c->glu_y);
+    }
+    case SEG_LT_ROPE: {
+        fuse_linear_args plain = c->lin;
+        const fuse_rope_epi *r = &c->lin.rope;
+        plain.rope.positions = NULL;
+        stof_status st = fuse_linear_act(c->ctx, &c->choice, &plain, c->ws);
+        if (st != STOF_OK) return st;
+        return fuse_rope(c->ctx, plain.dtype, plain.y, plain.m, r->rope_cols / r->head_dim,
+                         r->head_dim, plain.n, r->positions, r->inv_freq, r->rot_dim);
     }
     }
     return STOF_ERR_INTERNAL;
@@ -362,14 +384,11 @@ static void *glu_weights(stof_ctx *ctx, stof_dtype dt, int inter, int k)
     return d;
 }
 
-/* One GLU shape: the plain GEMM (speed of light), the unfused path, then
- * every gemm_sm90 config with the GLU epilogue and the GLU rule's config. */
-static void bench_glu_shape(stof_ctx *ctx, fuse_ws ws, const char *model, int64_t T, int hidden,
-                            int inter, stof_act act, const void *x, const void *w, void *both,
-                            void *y, stof_dtype dt)
+/* The plain cuBLASLt GEMM y [T, n] = x w^T (k inputs, no bias): the speed of
+ * light of an epilogue's ratios. */
+static bench_case lt_linear_case(stof_ctx *ctx, fuse_ws ws, stof_dtype dt, int64_t T, int n, int k,
+                                 const void *x, const void *w, void *y)
 {
-    const double flops = 2.0 * T * 2 * inter * hidden;
-    const char *seg = act == ACT_SILU ? "ffn1+swiglu" : "ffn1+geglu";
     bench_case c;
     memset(&c, 0, sizeof c);
     c.ctx = ctx;
@@ -378,13 +397,59 @@ static void bench_glu_shape(stof_ctx *ctx, fuse_ws ws, const char *model, int64_
     c.choice.path = FUSE_PATH_CUBLASLT;
     c.lin.dtype = dt;
     c.lin.m = T;
-    c.lin.n = 2 * inter;
-    c.lin.k = hidden;
+    c.lin.n = n;
+    c.lin.k = k;
     c.lin.x = x;
     c.lin.w = w;
     c.lin.act = ACT_NONE;
-    c.lin.y = both;
+    c.lin.y = y;
     c.lin.w_ready = true;
+    return c;
+}
+
+/* Every gemm_sm90 config that carries c's epilogue (a RoPE epilogue only
+ * where the tile holds whole heads), then the rule's config (named rule_label;
+ * tpl NONE: none), each timed against sol_ms and its out_elems outputs
+ * compared with the unfused path's. */
+static void bench_sm90_epilogue(stof_ctx *ctx, bench_case c, const bench_case *unfused,
+                                const char *model, const char *seg, fuse_config rule,
+                                const char *rule_label, double sol_ms, double flops,
+                                int64_t out_elems)
+{
+    const int64_t T = c.lin.m;
+    const fuse_rope_epi *rope = &c.lin.rope;
+    c.choice.path = FUSE_PATH_STOF;
+    int count = 0;
+    const fuse_config *list = fuse_config_list(FUSE_TPL_GEMM_SM90, &count);
+    for (int i = 0; i <= count; i++) {
+        char name[96];
+        if (i < count) {
+            if (rope->positions && !fuse_rope_epi_fits(&list[i], rope->head_dim, rope->rot_dim))
+                continue;
+            c.choice.config = list[i];
+            fuse_config_format(&list[i], name, sizeof name);
+        } else {
+            if (rule.tpl == FUSE_TPL_NONE) continue;
+            c.choice.config = rule;
+            char tile[80];
+            fuse_config_format(&rule, tile, sizeof tile);
+            snprintf(name, sizeof name, "%s: %s", rule_label, tile);
+        }
+        if (!config_fits(ctx, &c.choice.config, model, T, seg, name, c.lin.n, c.lin.k)) continue;
+        time_and_report(&c, unfused, true, c.lin.y, out_elems, c.lin.dtype, model, T, seg, name,
+                        sol_ms, flops);
+    }
+}
+
+/* One GLU shape: the plain GEMM (speed of light), the unfused path, then
+ * every gemm_sm90 config with the GLU epilogue and the GLU rule's config. */
+static void bench_glu_shape(stof_ctx *ctx, fuse_ws ws, const char *model, int64_t T, int hidden,
+                            int inter, stof_act act, const void *x, const void *w, void *both,
+                            void *y, stof_dtype dt)
+{
+    const double flops = 2.0 * T * 2 * inter * hidden;
+    const char *seg = act == ACT_SILU ? "ffn1+swiglu" : "ffn1+geglu";
+    bench_case c = lt_linear_case(ctx, ws, dt, T, 2 * inter, hidden, x, w, both);
     double sol_ms = time_case(&c);
     report_case(model, T, seg, "cublaslt gemm [m, 2 inter] (sol)", sol_ms, sol_ms, flops, "");
 
@@ -397,29 +462,13 @@ static void bench_glu_shape(stof_ctx *ctx, fuse_ws ws, const char *model, int64_
         report_case(model, T, seg, "cublaslt + fuse_glu", unfused_ms, sol_ms, flops, "");
 
     if (!fuse_sm90_available(ctx)) return;
-    c.choice.path = FUSE_PATH_STOF;
     c.lin.glu = true;
     c.lin.act = act;
     c.lin.y = y;
-    int count = 0;
-    const fuse_config *list = fuse_config_list(FUSE_TPL_GEMM_SM90, &count);
-    for (int i = 0; i <= count; i++) {
-        char name[96];
-        if (i < count) {
-            c.choice.config = list[i];
-            fuse_config_format(&list[i], name, sizeof name);
-        } else {
-            c.choice.config = fuse_config_sm90_glu(T, 2 * inter, hidden, ctx->sm_count,
-                                                   ctx->smem_per_block_optin);
-            if (c.choice.config.tpl == FUSE_TPL_NONE) continue;
-            char rule[80];
-            fuse_config_format(&c.choice.config, rule, sizeof rule);
-            snprintf(name, sizeof name, "glu rule: %s", rule);
-        }
-        if (!config_fits(ctx, &c.choice.config, model, T, seg, name, 2 * inter, hidden)) continue;
-        time_and_report(&c, &unfused, true, y, T * inter, c.lin.dtype, model, T, seg, name, sol_ms,
-                        flops);
-    }
+    bench_sm90_epilogue(
+        ctx, c, &unfused, model, seg,
+        fuse_config_sm90_glu(T, 2 * inter, hidden, ctx->sm_count, ctx->smem_per_block_optin),
+        "glu rule", sol_ms, flops, T * inter);
 }
 
 /* --glu: ModernBERT-base's and LLaMA-3.2-1B's GLU up projections. */
@@ -445,9 +494,76 @@ static void bench_glu(stof_ctx *ctx, fuse_ws ws, stof_dtype dt)
     }
 }
 
+/* ---------------------------------------------------------------- --rope */
+
+/* One QKV shape: the plain GEMM (speed of light), the unfused path, then
+ * every gemm_sm90 config with the rotation in its epilogue and the rule's. */
+static void bench_rope_shape(stof_ctx *ctx, fuse_ws ws, const char *model, int64_t T, int hidden,
+                             int heads, int kv_heads, const void *x, const void *w,
+                             const fuse_rope_epi *rope, void *y, stof_dtype dt)
+{
+    const int n = (heads + 2 * kv_heads) * rope->head_dim;
+    const double flops = 2.0 * T * n * hidden;
+    bench_case c = lt_linear_case(ctx, ws, dt, T, n, hidden, x, w, y);
+    double sol_ms = time_case(&c);
+    report_case(model, T, "qkv+rope", "cublaslt gemm (sol)", sol_ms, sol_ms, flops, "");
+
+    bench_case unfused = c;
+    unfused.kind = SEG_LT_ROPE;
+    unfused.lin.rope = *rope;
+    double unfused_ms = time_case(&unfused);
+    if (unfused_ms >= 0)
+        report_case(model, T, "qkv+rope", "cublaslt + fuse_rope", unfused_ms, sol_ms, flops, "");
+
+    if (!fuse_sm90_available(ctx)) return;
+    c.lin.rope = *rope;
+    bench_sm90_epilogue(ctx, c, &unfused, model, "qkv+rope",
+                        fuse_config_sm90_rope(T, n, hidden, rope->head_dim, rope->rot_dim,
+                                              ctx->sm_count, ctx->smem_per_block_optin),
+                        "rope rule", sol_ms, flops, T * n);
+}
+
+/* --rope: ModernBERT-base's and LLaMA-3.2-1B's QKV projections with RoPE. */
+static void bench_rope(stof_ctx *ctx, fuse_ws ws, stof_dtype dt)
+{
+    static const struct {
+        const char *name;
+        int hidden, heads, kv_heads, n_tokens; /* the first n_tokens of tokens */
+        float theta;
+    } models[] = {{"modernbert", 768, 12, 12, 3, 160000.f}, {"llama-1b", 2048, 32, 8, 2, 500000.f}};
+    static const int64_t tokens[] = {4096, 16384, 23923};
+    const int64_t t_max = tokens[2];
+    const int D = 64;
+    int32_t *pos = malloc((size_t)t_max * 4);
+    if (!pos) exit(1);
+    for (int64_t t = 0; t < t_max; t++)
+        pos[t] = (int32_t)(t % 2048);
+    int32_t *d_pos = dev_alloc((size_t)t_max * 4);
+    cudaMemcpy(d_pos, pos, (size_t)t_max * 4, cudaMemcpyHostToDevice);
+    printf("--rope: ratios against the plain cuBLASLt GEMM of the same [m, n] output\n");
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+        const int H = models[mi].hidden, n = (models[mi].heads + 2 * models[mi].kv_heads) * D;
+        float inv[32];
+        cpu_rope_freqs(models[mi].theta, D, 0, 1.f, 1.f, 4.f, 8192, inv);
+        float *d_inv = dev_alloc(sizeof inv);
+        cudaMemcpy(d_inv, inv, sizeof inv, cudaMemcpyHostToDevice);
+        const fuse_rope_epi rope = {d_pos, d_inv, D, D,
+                                    (models[mi].heads + models[mi].kv_heads) * D};
+        void *x = dev_random(dt, t_max * H, 1.f);
+        void *w = dev_random(dt, (int64_t)n * H, 1.f / sqrtf((float)H));
+        void *y = dev_alloc((size_t)t_max * n * 2);
+        for (int ti = 0; ti < models[mi].n_tokens; ti++)
+            bench_rope_shape(ctx, ws, models[mi].name, tokens[ti], H, models[mi].heads,
+                             models[mi].kv_heads, x, w, &rope, y, dt);
+        cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(d_inv);
+    }
+    cudaFree(d_pos);
+    free(pos);
+}
+
 int main(int argc, char **argv)
 {
-    bool quick = false, glu = false;
+    bool quick = false, glu = false, rope = false;
     stof_dtype dt = STOF_F16;
     long long max_tokens = 0;
     for (int i = 1; i < argc; i++) {
@@ -458,11 +574,14 @@ int main(int argc, char **argv)
             dt = STOF_BF16;
         else if (!strcmp(argv[i], "--glu"))
             glu = true;
+        else if (!strcmp(argv[i], "--rope"))
+            rope = true;
         else if (!strcmp(argv[i], "--max-tokens") && i + 1 < argc &&
                  (max_tokens = strtoll(argv[i + 1], &end, 10)) > 0 && *end == '\0')
             i++;
         else {
-            fprintf(stderr, "usage: bench_fuse [--quick] [--bf16] [--max-tokens N] [--glu]\n");
+            fprintf(stderr,
+                    "usage: bench_fuse [--quick] [--bf16] [--max-tokens N] [--glu | --rope]\n");
             return 2;
         }
     }
@@ -489,8 +608,11 @@ int main(int argc, char **argv)
         printf("gemm_sm90 skipped: it runs on compute capability 9.0 in builds with sm_90a "
                "kernels (this device is %d.%d)\n",
                ctx->cc_major, ctx->cc_minor);
-    if (glu) {
-        bench_glu(ctx, ws, dt);
+    if (glu || rope) {
+        if (glu)
+            bench_glu(ctx, ws, dt);
+        else
+            bench_rope(ctx, ws, dt);
         stof_ctx_destroy(ctx);
         return 0;
     }

@@ -9,3 +9,5 @@ stof_add_test(test_fuse_decoder SOURCES test_fuse_decoder.c test_fuse_dev.cu PAR
               LABELS gpu)
 stof_add_test(test_fuse_epilogues SOURCES test_fuse_epilogues.c test_fuse_dev.cu
               PARTS core cpu fuse LABELS gpu TIMEOUT 300)
+stof_add_test(test_fuse_rope_epi SOURCES test_fuse_rope_epi.c test_fuse_dev.cu
+              PARTS core cpu fuse LABELS gpu TIMEOUT 300)

@@ -680,6 +680,49 @@ static void test_sm90_small_rule(void)
           "the small tile is %dx%d s%d", small.block_m, small.block_n, small.stages);
 }
 
+/* Which gemm_sm90 tiles carry RoPE in their epilogue (whole heads in a tile,
+ * a compiled (head_dim, rot_dim) pair), and the QKV config the plan takes. */
+static void test_rope_epi(void)
+{
+    int count = 0;
+    const fuse_config *list = fuse_config_list(FUSE_TPL_GEMM_SM90, &count);
+    CHECK(count > 0, "no gemm_sm90 configs listed");
+    for (int i = 0; i < count; i++) {
+        const fuse_config *c = &list[i];
+        char name[64];
+        fuse_config_format(c, name, sizeof name);
+        /* the two-CTA 128x128 tile (3 stages) has no registers to spare */
+        const bool two_ctas = c->block_m == 128 && c->block_n == 128 && c->warps_m == 2;
+        CHECK((fuse_rope_epi_fits(c, 32, 32) && fuse_rope_epi_fits(c, 64, 64) &&
+               fuse_rope_epi_fits(c, 64, 32)) == !two_ctas,
+              "%s: heads of 32 and 64 fit every tile but the two-CTA one", name);
+        CHECK(fuse_rope_epi_fits(c, 128, 128) == (!two_ctas && c->block_n % 128 == 0) &&
+                  fuse_rope_epi_fits(c, 128, 64) == (!two_ctas && c->block_n % 128 == 0),
+              "%s: heads of 128 fit where block_n is a multiple of 128", name);
+        CHECK(!fuse_rope_epi_fits(c, 64, 48) && !fuse_rope_epi_fits(c, 96, 96) &&
+                  !fuse_rope_epi_fits(c, 64, 8) && !fuse_rope_epi_fits(c, 0, 0),
+              "%s: a (head_dim, rot_dim) that is not compiled fits", name);
+    }
+    int nb = 0;
+    const fuse_config *bias_act = fuse_config_list(FUSE_TPL_GEMM_BIAS_ACT, &nb);
+    CHECK(nb > 0 && !fuse_rope_epi_fits(&bias_act[0], 64, 64), "gemm_bias_act carries RoPE");
+    CHECK(!fuse_rope_epi_fits(NULL, 64, 64), "a NULL config carries RoPE");
+    /* ModernBERT-base's QKV at 23923 rows, LLaMA-3.2-1B's at 4096 */
+    fuse_config c = fuse_config_sm90_rope(23923, 2304, 768, 64, 64, 132, H100_SMEM);
+    fuse_config def = fuse_config_default(FUSE_TPL_GEMM_SM90, 23923, 2304, 768, 132, H100_SMEM);
+    CHECK(fuse_config_equal(&c, &def), "ModernBERT's QKV: the default rule's tile carries RoPE");
+    c = fuse_config_sm90_rope(4096, 3072, 2048, 64, 64, 132, H100_SMEM);
+    CHECK(fuse_rope_epi_fits(&c, 64, 64), "LLaMA-1B's QKV: no config");
+    /* few rows: the default's 64 columns split a head of 128, so another tile */
+    c = fuse_config_sm90_rope(100, 768, 512, 128, 128, 132, H100_SMEM);
+    def = fuse_config_default(FUSE_TPL_GEMM_SM90, 100, 768, 512, 132, H100_SMEM);
+    CHECK(def.block_n == 64 && c.tpl == FUSE_TPL_GEMM_SM90 && c.block_n % 128 == 0,
+          "heads of 128 at 100 rows: default %dx%d, rope config %dx%d", def.block_m, def.block_n,
+          c.block_m, c.block_n);
+    c = fuse_config_sm90_rope(100, 768, 512, 96, 96, 132, H100_SMEM);
+    CHECK(c.tpl == FUSE_TPL_NONE, "heads of 96: a config %dx%d", c.block_m, c.block_n);
+}
+
 int main(void)
 {
     test_tables();
@@ -689,5 +732,6 @@ int main(void)
     test_smem_and_shapes();
     test_default_rule();
     test_argument_checks();
+    test_rope_epi();
     return test_finish("test_fuse_config");
 }

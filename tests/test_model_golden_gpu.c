@@ -21,6 +21,8 @@
  * are about three and two times that.
  */
 #include "family_golden.h"
+#include "fuse/fuse.h"
+#include "model/encoder.h"
 #include "testlib.h"
 
 #include <math.h>
@@ -35,12 +37,12 @@ static const char *const spec_text = "window:8,global:2"; /* the GPU set's MASK_
 
 typedef struct golden_case {
     const char *name;
-    bool decoder;
+    bool decoder, rope;
 } golden_case;
 
 static const golden_case cases[] = {
-    {"gpt2_hd32", true},  {"llama_hd32", true},       {"mistral_hd32", true},
-    {"qwen2_hd32", true}, {"modernbert_hd32", false}, {"bert_hd32", false},
+    {"gpt2_hd32", true, false}, {"llama_hd32", true, true},       {"mistral_hd32", true, true},
+    {"qwen2_hd32", true, true}, {"modernbert_hd32", false, true}, {"bert_hd32", false, false},
 };
 
 /* Device buffers of one case, f32. */
@@ -129,8 +131,11 @@ static void check_output(const family_golden *g, const char *what, const char *g
     printf(" %s %.2e", what, e);
 }
 
+/* rope_epi: the RoPE families once more with the rotation in the QKV GEMM's
+ * epilogue at any row count (STOF_ROPE_EPI_ROWS 0, read at load), every
+ * layer of the first forward checked to have taken it. */
 static void run_case(stof_ctx *ctx, const golden_case *c, stof_dtype dtype,
-                     const stof_mask_spec *spec)
+                     const stof_mask_spec *spec, bool rope_epi)
 {
     char dir[1024], label[96];
     snprintf(dir, sizeof dir, "%s/families/%s", STOF_TEST_DATA_DIR, c->name);
@@ -161,11 +166,15 @@ static void run_case(stof_ctx *ctx, const golden_case *c, stof_dtype dtype,
     } ways[] = {{WAY_HOST, 3, "host"}, {WAY_DEVICE, 2, "device"}, {WAY_MASKED, 2, "masked"}};
     for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++)
         for (int run = 0; run < ways[w].runs; run++) {
-            snprintf(label, sizeof label, "%s %s %s #%d", c->name, stof_dtype_name(dtype),
-                     ways[w].what, run);
+            snprintf(label, sizeof label, "%s %s %s%s #%d", c->name, stof_dtype_name(dtype),
+                     rope_epi ? "rope-epi " : "", ways[w].what, run);
             stof_status st = forward(m, &g, &d, ways[w].way, c->decoder, H, V, spec);
             CHECK(st == STOF_OK, "%s: %s", label, stof_last_error());
             if (st != STOF_OK) break;
+            if (rope_epi && w == 0 && run == 0)
+                CHECK(enc_gpu_rope_epi_layers(m->gpu) == info.layers,
+                      "%s: %d of %d layers took RoPE in the QKV epilogue", label,
+                      enc_gpu_rope_epi_layers(m->gpu), info.layers);
             bool masked = ways[w].way == WAY_MASKED;
             printf("%-28s", label);
             check_output(&g, "hidden", masked ? "hidden_masked" : "hidden", hidden, d.hidden, H,
@@ -199,7 +208,16 @@ int main(void)
     for (size_t i = 0; ctx && spec && i < sizeof cases / sizeof cases[0]; i++)
         if (!only || strcmp(only, cases[i].name) == 0)
             for (int dt = 0; dt < 2; dt++)
-                run_case(ctx, &cases[i], dt ? STOF_BF16 : STOF_F16, spec);
+                run_case(ctx, &cases[i], dt ? STOF_BF16 : STOF_F16, spec, false);
+    if (ctx && !fuse_sm90_available(ctx))
+        printf("RoPE in the QKV epilogue: skipped (%s has no gemm_sm90)\n", ctx->device_name);
+    else if (ctx && setenv("STOF_ROPE_EPI_ROWS", "0", 1) == 0) {
+        for (size_t i = 0; spec && i < sizeof cases / sizeof cases[0]; i++)
+            if (cases[i].rope && (!only || strcmp(only, cases[i].name) == 0))
+                for (int dt = 0; dt < 2; dt++)
+                    run_case(ctx, &cases[i], dt ? STOF_BF16 : STOF_F16, spec, true);
+        unsetenv("STOF_ROPE_EPI_ROWS");
+    }
     stof_mask_spec_destroy(spec);
     stof_ctx_destroy(ctx);
     return test_finish("test_model_golden_gpu");

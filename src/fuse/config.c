@@ -6,8 +6,10 @@
  */
 #include "fuse/fuse.h"
 #include "fuse/instances.h"
+#include "fuse/internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #define ROW_BIAS_ACT(bm, bn, bk, wm, wn, st) {FUSE_TPL_GEMM_BIAS_ACT, bm, bn, bk, wm, wn, st},
 #define ROW_RES_LN(bm, bn, bk, wm, wn, st) {FUSE_TPL_GEMM_RES_LN, bm, bn, bk, wm, wn, st},
@@ -295,6 +297,37 @@ fuse_config fuse_config_sm90_glu(int64_t m, int n, int k, int sm_count, size_t s
         return glu;
     stof_clear_error(); /* a refused config falls back to the default rule */
     return fuse_config_default(FUSE_TPL_GEMM_SM90, m, n, k, sm_count, smem_limit);
+}
+
+/* The two-CTA tiles run at 96 registers a thread, 64 of them accumulators:
+ * the rotation's angles made ptxas spill some 200 bytes a thread there, so
+ * their kernels leave it out. */
+bool fuse_rope_epi_fits(const fuse_config *c, int head_dim, int rot_dim)
+{
+    if (!c || c->tpl != FUSE_TPL_GEMM_SM90 || head_dim < 1 || c->block_n % head_dim != 0 ||
+        FUSE_SM90_CTAS_PER_SM(fuse_config_smem_bytes(c, 0)) != 1)
+        return false;
+#define ROPE_SHAPE(d, r)                                                                           \
+    if (head_dim == (d) && rot_dim == (r)) return true;
+    FUSE_ROPE_EPI_SHAPES(ROPE_SHAPE)
+#undef ROPE_SHAPE
+    return false;
+}
+
+fuse_config fuse_config_sm90_rope(int64_t m, int n, int k, int head_dim, int rot_dim, int sm_count,
+                                  size_t smem_limit)
+{
+    fuse_config c = fuse_config_default(FUSE_TPL_GEMM_SM90, m, n, k, sm_count, smem_limit);
+    if (fuse_rope_epi_fits(&c, head_dim, rot_dim)) return c;
+    int count = 0;
+    const fuse_config *list = fuse_config_list(FUSE_TPL_GEMM_SM90, &count);
+    for (int i = 0; i < count; i++)
+        if (fuse_rope_epi_fits(&list[i], head_dim, rot_dim) &&
+            fuse_config_check_shape(&list[i], m, n, k, smem_limit) == STOF_OK)
+            return list[i];
+    stof_clear_error(); /* rejected candidates are not the caller's error */
+    memset(&c, 0, sizeof c);
+    return c; /* tpl NONE */
 }
 
 static int64_t config_ctas(const fuse_config *c, int64_t m, int n)

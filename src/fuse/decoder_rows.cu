@@ -6,15 +6,15 @@
  * gather of each sequence's last packed row (last-token pooling, the LM
  * head's input).
  *
- * RoPE forms the angle position * inv_freq in fp32 as HF does (an angle of a
- * few thousand radians keeps its fp32 rounding) and takes a full-precision
- * sincosf of it, once per token and pair index; the rotation is fp32,
- * rounded once. Device-side indices
+ * RoPE forms the angle and turns the pairs as rope_epi.cuh does (fp32
+ * position * inv_freq, full-precision sincosf), once per token and pair
+ * index; the rotation is fp32, rounded once. Device-side indices
  * (token ids, positions, cu_seqlens) are checked, never trusted.
  */
 #include "fuse/internal.h"
 #include "fuse/vec.cuh"
 #include "fuse/rows.cuh"
+#include "fuse/rope_epi.cuh"
 
 /* ---------------------------------------------------------------- RoPE */
 
@@ -31,12 +31,9 @@ __global__ void rope_kernel(T *x, int heads, int head_dim, int64_t row_stride,
 {
     __shared__ float2 cs[FUSE_ROPE_MAX_HALF]; /* (cos, sin) of pair i */
     const int64_t t = blockIdx.x;
-    const float pos = (float)positions[t];
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float sn, cn;
-        sincosf(pos * inv_freq[i], &sn, &cn);
-        cs[i] = make_float2(cn, sn);
-    }
+    const int32_t pos = positions[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        cs[i] = rope_cos_sin(pos, inv_freq[i]);
     __syncthreads();
     T *row = x + t * row_stride;
     const int per_head = V ? half / 8 : half;
@@ -48,18 +45,15 @@ __global__ void rope_kernel(T *x, int heads, int head_dim, int64_t row_stride,
             load8<T>(a, p);
             load8<T>(b, p + half);
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const float2 c = cs[i0 + e], ae = make_float2(a[e], b[e]);
-                a[e] = ae.x * c.x - ae.y * c.y;
-                b[e] = ae.y * c.x + ae.x * c.y;
-            }
+            for (int e = 0; e < 8; e++)
+                rope_turn(a[e], b[e], cs[i0 + e]);
             store8<T>(p, a);
             store8<T>(p + half, b);
         } else {
-            const float2 c = cs[i0];
-            const float a = (float)p[0], b = (float)p[half];
-            p[0] = (T)(a * c.x - b * c.y);
-            p[half] = (T)(b * c.x + a * c.y);
+            float a = (float)p[0], b = (float)p[half];
+            rope_turn(a, b, cs[i0]);
+            p[0] = (T)a;
+            p[half] = (T)b;
         }
     }
 }

@@ -113,6 +113,31 @@ int fuse_config_format(const fuse_config *c, char *buf, size_t cap);
 
 /* ------------------------------------------------------------ operands */
 
+/*
+ * Rotary embedding in the GEMM's epilogue (gemm_sm90 only): fuse_rope's
+ * rotation of the q and k heads of each output row, applied to the fp32
+ * accumulators + bias before the store (rounded once). Row r turns by
+ * positions[r]; columns [0, rope_cols) are heads of head_dim whose first
+ * rot_dim dims rotate, columns from rope_cols on (v) are stored as they are.
+ * A wgmma thread holds columns c and c + rot_dim / 2 of a head when the head
+ * lies inside one output tile: block_n a multiple of head_dim, and
+ * (head_dim, rot_dim) one of FUSE_ROPE_EPI_SHAPES (fuse_rope_epi_fits; not
+ * the two-CTA tile, whose registers have no room for it).
+ */
+typedef struct fuse_rope_epi {
+    const int32_t *positions; /* device [m], or NULL: no rotation */
+    const float *inv_freq;    /* device [rot_dim / 2] */
+    int head_dim, rot_dim;
+    int rope_cols; /* (heads + kv_heads) head_dim: q and k, a multiple of head_dim <= n */
+} fuse_rope_epi;
+
+/* The (head_dim, rot_dim) pairs the epilogue is compiled for. */
+#define FUSE_ROPE_EPI_SHAPES(X) X(32, 32) X(64, 64) X(64, 32) X(128, 128) X(128, 64)
+
+/* True when config c (gemm_sm90) can carry the rotation of heads of
+ * head_dim whose first rot_dim dims rotate. */
+bool fuse_rope_epi_fits(const fuse_config *c, int head_dim, int rot_dim);
+
 /* A linear layer with its epilogue operands. */
 typedef struct fuse_linear_args {
     stof_dtype dtype;         /* F16 or BF16, for every tensor below */
@@ -140,6 +165,9 @@ typedef struct fuse_linear_args {
     bool glu;                 /* linear_act, path STOF only: w's rows and the bias hold a
                                  GLU's two halves a, b interleaved (FUSE_GLU_BLOCK); y is
                                  [m, n / 2] = act(a) * b, n a multiple of 2 FUSE_GLU_BLOCK */
+    fuse_rope_epi rope;       /* rope.positions set: RoPE in the epilogue (path STOF with a
+                                 gemm_sm90 config only; act none, no residual, no glu);
+                                 every other path refuses it */
 } fuse_linear_args;
 
 /* The feed-forward block y = LN(act(x w1^T + b1) w2^T + b2 + residual). */
@@ -271,6 +299,17 @@ fuse_config fuse_config_sm90_small(void);
  * SM90_GLU_ROWS rows on, else fuse_config_default's; tpl NONE when neither
  * fits. */
 fuse_config fuse_config_sm90_glu(int64_t m, int n, int k, int sm_count, size_t smem_limit);
+/* The gemm_sm90 config of a QKV projection of m rows (n outputs, k inputs)
+ * carrying the rotary embedding of heads of head_dim (fuse_rope_epi):
+ * fuse_config_default's where it fits the heads, else the first compiled
+ * one that does; tpl NONE when none does. */
+fuse_config fuse_config_sm90_rope(int64_t m, int n, int k, int head_dim, int rot_dim, int sm_count,
+                                  size_t smem_limit);
+/* Rows from which the rule-based plan of a RoPE layer on a Hopper runs its
+ * QKV projection on gemm_sm90 with the rotation in the epilogue rather than
+ * cuBLASLt + fuse_rope (the engine's default; STOF_ROPE_EPI_ROWS overrides
+ * it). */
+#define FUSE_SM90_ROPE_ROWS 4096
 /* Number of cached cuBLASLt plans (for tests). */
 int fuse_lt_cached_plans(const stof_ctx *ctx);
 

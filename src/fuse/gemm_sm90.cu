@@ -84,6 +84,10 @@
  * element read by the thread that writes it), and a GLU (fuse.h's
  * FUSE_GLU_BLOCK layout of w: 8-column steps 2q and 2q + 1 are the two
  * halves of the same units) storing act(a) * b, half as wide as the GEMM.
+ * And RoPE (fuse_rope_epi, act none): the q and k heads of the QKV
+ * projection turned by their row's position on the fp32 accumulators
+ * (rope_epi.cuh), where a thread holds both columns of each pair when the
+ * tile holds whole heads, instead of a second pass over q and k in memory.
  *
  * The tensor maps are encoded on the host for each call (cuTensorMapEncodeTiled
  * through the runtime's driver entry point: no libcuda link) and passed as
@@ -93,6 +97,7 @@
 #include "core/hopper.cuh"
 #include "core/launch.cuh"
 #include "fuse/internal.h"
+#include "fuse/rope_epi.cuh"
 #include "fuse/tile.cuh"
 #include "fuse/vec.cuh"
 
@@ -115,9 +120,7 @@ template <int BM_, int BN, int WM, int WN, int STAGES> struct sm90_traits {
     static constexpr uint32_t B_BYTES = BN * 128; /* a stage of w: BN rows */
     static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
     static constexpr size_t SMEM = FUSE_SM90_SMEM_BYTES(BM, BN, STAGES);
-    /* Two CTAs per SM when their shared memory (plus the 1 KB the driver
-     * reserves per CTA) fits in the SM's 228 KB. */
-    static constexpr int CTAS_PER_SM = 2 * (SMEM + 1024) <= 228 * 1024 ? 2 : 1;
+    static constexpr int CTAS_PER_SM = FUSE_SM90_CTAS_PER_SM(SMEM);
     /* The producer after the consumers: a whole warpgroup that hands its
      * registers to the consumers (setmaxnreg) where one CTA holds the SM, a
      * single warp where two share it (two CTAs of 384 threads start at 80
@@ -229,6 +232,13 @@ static __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int ti
     tn = r / rows;
 }
 
+/* Row g of the thread's fragment rows (g and g + 8; tile_fragments) in the
+ * warpgroup's 64 rows from row0. */
+static __device__ __forceinline__ int64_t fragment_row(int64_t row0)
+{
+    return row0 + ((threadIdx.x >> 5) & 3) * 16 + ((threadIdx.x & 31) >> 2);
+}
+
 /* The output fragments of the warpgroup's 64 rows from row0 and BN columns
  * from col0 that lie inside [m, n]: put(col, lo, hi, lo_ok, hi_ok, j) for
  * each 8-column step j, lo and hi the element offsets of (row, col) in a
@@ -240,8 +250,8 @@ template <int BN, typename Put>
 static __device__ __forceinline__ void tile_fragments(int64_t row0, int col0, int64_t m, int n,
                                                       Put put)
 {
-    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-    const int64_t r_lo = row0 + warp * 16 + (lane >> 2);
+    const int lane = threadIdx.x & 31;
+    const int64_t r_lo = fragment_row(row0);
     const bool lo_ok = r_lo < m, hi_ok = r_lo + 8 < m;
     const int c0 = col0 + 2 * (lane & 3);
     const int64_t lo = r_lo * n + c0, hi = lo + 8 * (int64_t)n;
@@ -288,8 +298,8 @@ static __device__ __forceinline__ void store_tile_glu(const float (&acc)[BN / 2]
                                                       int n)
 {
     static_assert(FUSE_GLU_BLOCK == 8, "a GLU block is one 8-column step");
-    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-    const int64_t r_lo = row0 + warp * 16 + (lane >> 2);
+    const int lane = threadIdx.x & 31;
+    const int64_t r_lo = fragment_row(row0);
     const bool lo_ok = r_lo < m, hi_ok = r_lo + 8 < m;
     const int half = n / 2, t2 = 2 * (lane & 3);
     const int64_t lo = r_lo * half + col0 / 2 + t2, hi = lo + 8 * (int64_t)half;
@@ -328,6 +338,40 @@ static __device__ __forceinline__ void store_act(const float (&acc)[BN / 2], int
     default: SM90_STORE(ACT_NONE) break;
     }
 #undef SM90_STORE
+}
+
+/* y = rope(acc + bias) for the warpgroup's tile fragments: the q and k heads
+ * (columns below rope.rope_cols) turned by their row's position in fp32
+ * (rope_epi.cuh), then stored; a tile of v's columns only is stored as the
+ * plain epilogue does. The host checked that the tile holds whole heads
+ * (fuse_rope_epi_fits). */
+template <typename T, int BN>
+static __device__ __forceinline__ void store_tile_rope(float (&acc)[BN / 2], const T *bias, T *y,
+                                                       int64_t row0, int col0, int64_t m, int n,
+                                                       const fuse_rope_epi &rope)
+{
+    if (col0 >= rope.rope_cols) {
+        store_tile<T, BN, ACT_NONE, false>(acc, bias, NULL, y, row0, col0, m, n);
+        return;
+    }
+    const int64_t r_lo = fragment_row(row0);
+    const int32_t pos_lo = r_lo < m ? rope.positions[r_lo] : 0;
+    const int32_t pos_hi = r_lo + 8 < m ? rope.positions[r_lo + 8] : 0;
+    if (bias)
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int col = col0 + 8 * j + 2 * (threadIdx.x & 3);
+            const float2 b = col < n ? load2(bias + col) : make_float2(0.f, 0.f);
+            acc[4 * j] += b.x, acc[4 * j + 1] += b.y, acc[4 * j + 2] += b.x, acc[4 * j + 3] += b.y;
+        }
+#define SM90_ROPE(d, r)                                                                            \
+    if constexpr (BN % (d) == 0) {                                                                 \
+        if (rope.head_dim == (d) && rope.rot_dim == (r))                                           \
+            rope_tile<BN, d, r>(acc, pos_lo, pos_hi, rope.inv_freq, col0, rope.rope_cols);         \
+    }
+    FUSE_ROPE_EPI_SHAPES(SM90_ROPE)
+#undef SM90_ROPE
+    store_tile<T, BN, ACT_NONE, false>(acc, (const T *)NULL, NULL, y, row0, col0, m, n);
 }
 
 /* parts[r, c] = acc for the warpgroup's tile fragments of an fp32 [m, n]
@@ -384,7 +428,7 @@ __global__ void __launch_bounds__(sm90_traits<BM, BN, WM, WN, STAGES>::THREADS,
                      const __grid_constant__ CUtensorMap map_w, const T *__restrict__ bias,
                      const T *residual, T *y, int64_t m, int n, int k, int act, int glu,
                      int w_ready, int kslice, float *__restrict__ parts,
-                     const int32_t *__restrict__ live)
+                     const int32_t *__restrict__ live, const fuse_rope_epi rope)
 {
     typedef sm90_traits<BM, BN, WM, WN, STAGES> G;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -542,6 +586,8 @@ __global__ void __launch_bounds__(sm90_traits<BM, BN, WM, WN, STAGES>::THREADS,
                                    n);
             else if (glu)
                 store_act<T, BN, true>(acc[i], act, bias, y, row0, col0, m, n);
+            else if (G::CTAS_PER_SM == 1 && rope.positions) /* fuse_rope_epi_fits */
+                store_tile_rope<T, BN>(acc[i], bias, y, row0, col0, m, n, rope);
             else if (residual)
                 store_tile<T, BN, ACT_NONE, true>(acc[i], bias, residual, y, row0, col0, m, n);
             else
@@ -572,7 +618,7 @@ static stof_status launch_gemm_sm90(stof_ctx *ctx, const fuse_linear_args *a, in
     static int opted[64];
     static int resident[64]; /* CTAs per SM, per device */
     void (*kernel)(const CUtensorMap, const CUtensorMap, const T *, const T *, T *, int64_t, int,
-                   int, int, int, int, int, float *, const int32_t *) =
+                   int, int, int, int, int, float *, const int32_t *, const fuse_rope_epi) =
         gemm_sm90_kernel<T, BM, BN, WM, WN, STAGES>;
     STOF_CUDA_TRY(smem_opt_in(kernel, G::SMEM, ctx->gpu_index, opted));
     const int dev = ctx->gpu_index;
@@ -602,8 +648,9 @@ static stof_status launch_gemm_sm90(stof_ctx *ctx, const fuse_linear_args *a, in
     int n = a->n, k = a->k, act = (int)a->act, glu = a->glu, w_ready = a->w_ready;
     int kslice = parts ? a->k / splits : a->k;
     const int32_t *live = a->live_rows;
-    void *args[] = {&map_x, &map_w, &bias, &residual, &y,      &m,      &n,     &k,
-                    &act,   &glu,   &w_ready, &kslice, &parts, &live};
+    fuse_rope_epi rope = a->rope;
+    void *args[] = {&map_x, &map_w, &bias,    &residual, &y,     &m,    &n,   &k,
+                    &act,   &glu,   &w_ready, &kslice,   &parts, &live, &rope};
     return STOF_CUDA(stof_launch_pdl(true, (const void *)kernel, dim3(grid), dim3(G::THREADS),
                                      args, G::SMEM, (cudaStream_t)ctx->stream));
 }

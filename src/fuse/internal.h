@@ -46,6 +46,9 @@ stof_status fuse_launch_gemm_bias_act(stof_ctx *ctx, const fuse_config *c,
                                       const fuse_linear_args *a);
 stof_status fuse_launch_gemm_res_ln(stof_ctx *ctx, const fuse_config *c, const fuse_linear_args *a);
 stof_status fuse_launch_ffn_chain(stof_ctx *ctx, const fuse_config *c, const fuse_ffn_args *a);
+/* gemm_sm90's CTAs per SM for smem bytes of dynamic shared memory: two when
+ * both fit in the SM's 228 KB with the 1 KB the driver reserves per CTA. */
+#define FUSE_SM90_CTAS_PER_SM(smem) (2 * ((smem) + 1024) <= 228 * 1024 ? 2 : 1)
 /* gemm_sm90.cu: built only with STOF_HAVE_FUSE_SM90; runs on compute capability 9.0 only. */
 stof_status fuse_launch_gemm_sm90(stof_ctx *ctx, const fuse_config *c, const fuse_linear_args *a);
 /* The same GEMM cut into splits K slices (k / splits a multiple of 64, or

@@ -275,6 +275,8 @@ static stof_status check_operands(stof_ctx *ctx, const fuse_linear_args *a, fuse
     STOF_TRY(fuse_check_ptr(a->w, "w", what));
     STOF_REQUIRE(a->lt_algo >= 0 && a->lt_algo < FUSE_LT_MAX_ALGOS, STOF_ERR_INVALID_ARG,
                  "%s: lt_algo %d is outside [0, %d)", what, a->lt_algo, FUSE_LT_MAX_ALGOS);
+    STOF_REQUIRE(!a->rope.positions, STOF_ERR_UNSUPPORTED,
+                 "%s: cuBLASLt has no RoPE epilogue; run fuse_rope after the GEMM", what);
     STOF_REQUIRE((uintptr_t)ws.ptr % 256 == 0, STOF_ERR_INVALID_ARG,
                  "%s: workspace %p is not 256-byte aligned", what, ws.ptr);
     return STOF_OK;

@@ -45,6 +45,8 @@ static stof_status check_linear(stof_ctx *ctx, const fuse_linear_args *a, bool l
     STOF_REQUIRE(!fuse_overlap(a->w, (size_t)a->n * a->k * 2, a->y, y_bytes), STOF_ERR_INVALID_ARG,
                  "%s: y overlaps w", what);
     if (ln) {
+        STOF_REQUIRE(!a->rope.positions, STOF_ERR_UNSUPPORTED,
+                     "%s: a residual + LayerNorm segment has no RoPE epilogue", what);
         STOF_TRY(fuse_check_ptr(a->residual, "residual", what));
         STOF_TRY(fuse_check_ptr(a->gamma, "gamma", what));
         STOF_TRY(fuse_check_ptr(a->beta, "beta", what));
@@ -127,6 +129,10 @@ stof_status fuse_run_gemm_bias_act(stof_ctx *ctx, const fuse_config *c,
 {
     const char *what = "fuse_run_gemm_bias_act";
     STOF_TRY(check_linear(ctx, args, false, what));
+    STOF_REQUIRE(!args->rope.positions, STOF_ERR_UNSUPPORTED,
+                 "%s: gemm_bias_act has no RoPE epilogue (gemm_sm90 has; else run fuse_rope "
+                 "after the GEMM)",
+                 what);
     fuse_config cfg;
     STOF_TRY(resolve_config(ctx, c, FUSE_TPL_GEMM_BIAS_ACT, args->m, args->n, args->k, what, &cfg));
     return fuse_launch_gemm_bias_act(ctx, &cfg, args);
@@ -179,6 +185,29 @@ static stof_status parts_in_ws(fuse_ws ws, int splits, const fuse_linear_args *a
     return STOF_OK;
 }
 
+/* The RoPE epilogue's operands against the GEMM's and config cfg's tile. */
+static stof_status check_rope_epi(const fuse_linear_args *a, const fuse_config *cfg,
+                                  const char *what)
+{
+    const fuse_rope_epi *r = &a->rope;
+    STOF_REQUIRE(a->act == ACT_NONE && !a->residual && !a->glu, STOF_ERR_INVALID_ARG,
+                 "%s: the RoPE epilogue goes with act none, no residual and no GLU", what);
+    STOF_TRY(fuse_check_index_ptr(r->positions, "rope.positions", what));
+    STOF_TRY(fuse_check_index_ptr(r->inv_freq, "rope.inv_freq", what));
+    char name[64];
+    fuse_config_format(cfg, name, sizeof name);
+    STOF_REQUIRE(fuse_rope_epi_fits(cfg, r->head_dim, r->rot_dim), STOF_ERR_UNSUPPORTED,
+                 "%s: %s cannot carry RoPE over %d of %d head dims (needs block_n a multiple "
+                 "of the head dim and a (head_dim, rot_dim) of FUSE_ROPE_EPI_SHAPES); run "
+                 "fuse_rope after the GEMM",
+                 what, name, r->rot_dim, r->head_dim);
+    STOF_REQUIRE(r->rope_cols >= r->head_dim && r->rope_cols % r->head_dim == 0 &&
+                     r->rope_cols <= a->n,
+                 STOF_ERR_SHAPE, "%s: rope_cols %d must be whole heads of %d within n = %d", what,
+                 r->rope_cols, r->head_dim, a->n);
+    return STOF_OK;
+}
+
 stof_status fuse_run_gemm_sm90(stof_ctx *ctx, const fuse_config *c, const fuse_linear_args *args)
 {
     const char *what = "fuse_run_gemm_sm90";
@@ -186,6 +215,7 @@ stof_status fuse_run_gemm_sm90(stof_ctx *ctx, const fuse_config *c, const fuse_l
     STOF_TRY(check_sm90(ctx, what));
     fuse_config cfg;
     STOF_TRY(resolve_config(ctx, c, FUSE_TPL_GEMM_SM90, args->m, args->n, args->k, what, &cfg));
+    if (args->rope.positions) STOF_TRY(check_rope_epi(args, &cfg, what));
 #ifdef STOF_HAVE_FUSE_SM90
     return fuse_launch_gemm_sm90(ctx, &cfg, args);
 #else

@@ -117,6 +117,9 @@ stof_status enc_gpu_lt_algos(stof_model *m, int seg, int64_t rows, int *count);
 int enc_gpu_graphs_captured(const enc_gpu *g);
 /* Forwards whose graph was launched ahead of the input scan's read back (for tests). */
 int64_t enc_gpu_launched_ahead(const enc_gpu *g);
+/* Layers of the last forward enqueued by host code (not a graph replay) whose
+ * QKV GEMM turned q and k in its epilogue (for tests). */
+int enc_gpu_rope_epi_layers(const enc_gpu *g);
 /* B * L up to which a batch of device inputs computes B * L rows (graphs_gpu.c). */
 #define ENC_FIXED_ROWS 128
 

@@ -129,6 +129,22 @@ static void set_widths(enc_gpu *g, const model_desc *d)
     g->widths = w;
 }
 
+/* FUSE_SM90_ROPE_ROWS, or STOF_ROPE_EPI_ROWS when it holds a row count (0:
+ * at every size; tests and measurements set it). */
+static int64_t rope_epi_rows(void)
+{
+    const char *env = getenv("STOF_ROPE_EPI_ROWS");
+    if (!env || !*env) return FUSE_SM90_ROPE_ROWS;
+    char *end = NULL;
+    long long v = strtoll(env, &end, 10);
+    if (*end != '\0' || v < 0) {
+        stof_log(STOF_LOG_WARN, "STOF_ROPE_EPI_ROWS=\"%s\" is not a row count; using %d", env,
+                 FUSE_SM90_ROPE_ROWS);
+        return FUSE_SM90_ROPE_ROWS;
+    }
+    return (int64_t)v;
+}
+
 /* The weights stream from the files to the device in the run dtype; a host
  * copy the model may hold (model.c loads one on every context) goes first. */
 stof_status enc_gpu_create(stof_model *m)
@@ -143,6 +159,7 @@ stof_status enc_gpu_create(stof_model *m)
     g->desc = d;
     g->w = &m->w;
     g->bert = is_bert(d);
+    g->rope_epi_rows = rope_epi_rows();
     model_weights_free_host(&m->w);
     weight_sink sink = eng_weight_sink(g);
     STOF_TRY(model_load_weights(&m->files, m->family, d, g->dtype, &sink, &m->w));
@@ -363,4 +380,9 @@ int enc_gpu_graphs_captured(const enc_gpu *g)
 int64_t enc_gpu_launched_ahead(const enc_gpu *g)
 {
     return g ? g->ahead : 0;
+}
+
+int enc_gpu_rope_epi_layers(const enc_gpu *g)
+{
+    return g ? g->rope_epi_layers : 0;
 }

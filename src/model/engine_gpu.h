@@ -125,6 +125,12 @@ struct engine_gpu {
     tune_cache *cache;
     enc_plan_memo memo[ENC_PLANS];
     int memo_next;
+    /* RoPE in the QKV GEMM's epilogue: from this many rows the rule-based
+     * plan runs QKV on gemm_sm90 with it (plan_rope; FUSE_SM90_ROPE_ROWS, or
+     * the environment's STOF_ROPE_EPI_ROWS); and how many layers of the last
+     * forward that host code enqueued (not a graph replay) took it */
+    int64_t rope_epi_rows;
+    int rope_epi_layers;
 };
 
 /* Device pointers of one forward's packed inputs. */

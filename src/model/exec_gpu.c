@@ -8,14 +8,15 @@
  * copies), out-projection + bias + residual + LayerNorm, and the FFN.
  * Pre-norm layers (GPT-2, LLaMA and its kin, ModernBERT) keep the residual
  * stream x apart from the normalised h: h = norm(x); QKV (+ bias); RoPE on
- * q and k in place; attention over the layer's mask kind with kv_heads read
- * from k's shape; then each sublayer's projection adds itself to x in its
- * GEMM epilogue (x = x + a w^T + b: cuBLASLt's C with beta = 1, or the stof
- * templates' residual) and one row pass writes h = next norm(x); the MLP is
- * act(up) or act(a) * b (GLU), the latter in FFN1's epilogue where the plan
- * runs a stof template, else as a row pass (fuse_glu) after the cuBLASLt
- * GEMM. The last layer's pass writes the final norm over x: the hidden state
- * out.
+ * q and k (in the QKV GEMM's epilogue where the plan runs it on gemm_sm90
+ * with a tile of whole heads, else in place after it); attention over the
+ * layer's mask kind with kv_heads read from k's shape; then each sublayer's
+ * projection adds itself to x in its GEMM epilogue (x = x + a w^T + b:
+ * cuBLASLt's C with beta = 1, or the stof templates' residual) and one row
+ * pass writes h = next norm(x); the MLP is act(up) or act(a) * b (GLU), the
+ * latter in FFN1's epilogue where the plan runs a stof template, else as a
+ * row pass (fuse_glu) after the cuBLASLt GEMM. The last layer's pass writes
+ * the final norm over x: the hidden state out.
  */
 #include "model/engine_gpu.h"
 
@@ -168,6 +169,14 @@ static norm_ref attn_norm_of(const stof_model *m, int l)
     return (norm_ref){m->desc.layer[l].attn_norm, w->attn_norm, w->attn_norm_b};
 }
 
+/* Whether the QKV choice c turns q and k in its GEMM epilogue (gemm_sm90
+ * with a tile of whole heads), which the layer then does not do apart. */
+static bool qkv_takes_rope(const fuse_choice *c, const layer_desc *ld)
+{
+    return c->path == FUSE_PATH_STOF &&
+           fuse_rope_epi_fits(&c->config, ld->head_dim, ld->rope.rot_dim);
+}
+
 /* One pre-norm layer from h = attn_norm(x); leaves h = the next layer's
  * attn_norm(x) (or x = final_norm(x) after the last). Each GEMM runs the
  * plan's choice for its segment. */
@@ -181,8 +190,15 @@ static stof_status prenorm_layer(stof_model *m, int l, const layer_plan *p, cons
     const layer_weights *w = &m->w.layer[l];
     fuse_linear_args a = eng_segment_args(m, l, TUNE_SEG_QKV, in->rows);
     a.x = *h;
+    const int rope_cols = (ld->heads + ld->kv_heads) * ld->head_dim; /* q and k, side by side */
+    const bool rope_epi = ld->pos == POS_ROPE && qkv_takes_rope(&p->qkv, ld);
+    if (rope_epi) {
+        a.rope =
+            (fuse_rope_epi){in->pos, g->inv_freq[l], ld->head_dim, ld->rope.rot_dim, rope_cols};
+        g->rope_epi_layers++;
+    }
     STOF_TRY(fuse_linear_act(m->ctx, &p->qkv, &a, g->lt));
-    if (ld->pos == POS_ROPE) /* q and k lie side by side in each row: one call turns both */
+    if (ld->pos == POS_ROPE && !rope_epi) /* one call turns q and k */
         STOF_TRY(fuse_rope(m->ctx, g->dtype, g->qkv, in->rows, ld->heads + ld->kv_heads,
                            ld->head_dim, a.n, in->pos, g->inv_freq[l], ld->rope.rot_dim));
     STOF_TRY(wait_mask(m, mask_ready));
@@ -231,6 +247,7 @@ stof_status eng_run_layers(stof_model *m, const enc_request *r, const dev_inputs
         return STOF_OK;
     }
     const void *h = g->x;
+    g->rope_epi_layers = 0;
     norm_ref first = attn_norm_of(m, 0);
     if (first.kind != NORM_NONE) {
         STOF_TRY(fuse_norm(m->ctx, g->dtype, first.kind == NORM_RMS ? FUSE_NORM_RMS : FUSE_NORM_LAYER,

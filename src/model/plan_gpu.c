@@ -183,6 +183,27 @@ static void plan_glu(const stof_model *m, layer_plan *p, int64_t rows)
     p->ffn1.config = c;
 }
 
+/* A RoPE layer's QKV on a Hopper from g->rope_epi_rows rows: gemm_sm90 with
+ * the rotation of q and k in its epilogue (fuse_config_sm90_rope; the
+ * executor then skips fuse_rope, a pass over q and k at memory bandwidth:
+ * 52 us a layer at ModernBERT-base (16, 2048) on an H100) stands in for the
+ * default choice, cuBLASLt's first algorithm, in rule-based, tuned and
+ * requested plans alike, as plan_glu does; the tuner's gemm_sm90 candidates
+ * carry it too wherever their tile holds whole heads, so it times both ways. */
+static void plan_rope(const stof_model *m, layer_plan *p, int64_t rows)
+{
+    const layer_desc *ld = &m->desc.layer[0];
+    if (ld->pos != POS_ROPE || rows < m->gpu->rope_epi_rows || !fuse_sm90_available(m->ctx)) return;
+    if (p->qkv.path != FUSE_PATH_CUBLASLT || p->qkv.lt_algo != 0) return;
+    fuse_linear_args a = eng_segment_args(m, 0, TUNE_SEG_QKV, rows);
+    fuse_config c = fuse_config_sm90_rope(rows, a.n, a.k, ld->head_dim, ld->rope.rot_dim,
+                                          m->ctx->sm_count, m->ctx->smem_per_block_optin);
+    if (c.tpl != FUSE_TPL_GEMM_SM90) return;
+    memset(&p->qkv, 0, sizeof p->qkv);
+    p->qkv.path = FUSE_PATH_STOF;
+    p->qkv.config = c;
+}
+
 /* A tuned segment; tpl is the segment's template (the linear + act segments
  * may name the Hopper GEMM instead, which runs the same operation). */
 static fuse_choice choice_from_seg(const tune_seg *t, fuse_tpl tpl)
@@ -364,6 +385,7 @@ layer_plan eng_plan_for(stof_model *m, const enc_request *r, int64_t rows, const
         plan_splits(m, &p, rows);
     } else {
         plan_glu(m, &p, rows);
+        plan_rope(m, &p, rows);
     }
     describe_plan(&p, rows, source);
     return p;

@@ -15,7 +15,11 @@
  *    on cuBLASLt; the out-projection and FFN2 add the residual in theirs)
  *    whose norm runs as a row pass, so each takes GEMM + bias + activation or
  *    the Hopper GEMM; on a Hopper a GLU's FFN1 at cuBLASLt's first algorithm
- *    runs the Hopper GEMM (plan_glu in plan_gpu.c). A new template
+ *    runs the Hopper GEMM (plan_glu in plan_gpu.c), and so does a RoPE
+ *    layer's QKV from FUSE_SM90_ROPE_ROWS rows (plan_rope), whose Hopper
+ *    GEMM turns q and k in its epilogue wherever its tile holds whole heads
+ *    (fuse_rope runs after the other candidates): the search times both
+ *    ways. A new template
  *    comes with two sampled configs: the rule-based default and one other
  *    that fits;
  *  - parameter settings per dimension: the cuBLASLt heuristic's algorithms
