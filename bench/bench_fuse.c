@@ -24,13 +24,15 @@
  * (fuse_config_sm90_glu), each output compared with the unfused path's.
  *
  * --rope instead times a RoPE layer's QKV projection, no bias, positions of
- * packed sequences of 2048: ModernBERT-base (768 -> 12 + 2 x 12 heads of 64)
- * at 4096, 16384 and 23923 tokens, LLaMA-3.2-1B (2048 -> 32 + 2 x 8 heads of
- * 64) at 4096 and 16384. First the plain cuBLASLt GEMM (the speed of light
- * the ratios are against), then the unfused path (that GEMM, then fuse_rope
- * over q and k), then every gemm_sm90 config that carries the rotation in
- * its epilogue (fuse_rope_epi) and the config the plan's rule picks
- * (fuse_config_sm90_rope), each output compared with the unfused path's.
+ * packed sequences of 2048 (a fuse_rope_table of 2048): ModernBERT-base (768
+ * -> 12 + 2 x 12 heads of 64) at 4096, 16384 and 23923 tokens, LLaMA-3.2-1B
+ * (2048 -> 32 + 2 x 8 heads of 64) and the same widths in heads of 128 (16 +
+ * 2 x 4) at 4096 and 16384. First the plain cuBLASLt GEMM (the speed of
+ * light the ratios are against), then (a) the unfused path (that GEMM, then
+ * fuse_rope over q and k), (b) gemm_sm90 without the rotation, then
+ * fuse_rope, (c) every gemm_sm90 config that carries the rotation in its
+ * epilogue (fuse_rope_epi) and the config the plan's rule picks
+ * (fuse_config_sm90_rope), each output of (b) and (c) compared with (a)'s.
  *
  * usage: bench_fuse [--quick] [--bf16] [--max-tokens N] [--glu | --rope]
  * exits 77 without a GPU
@@ -45,8 +47,8 @@
 #include <string.h>
 
 /* SEG_LT_GLU: the linear (no glu) into lin.y, then fuse_glu of it into glu_y.
- * SEG_LT_ROPE: the linear (no rope) into lin.y, then fuse_rope over it as
- * lin.rope describes. */
+ * SEG_LT_ROPE: the linear (on the choice's path, without the rope epilogue)
+ * into lin.y, then fuse_rope over it as lin.rope describes. */
 typedef enum seg_kind { SEG_LINEAR_ACT, SEG_LINEAR_LN, SEG_FFN, SEG_LT_GLU, SEG_LT_ROPE } seg_kind;
 
 typedef struct bench_case {
@@ -79,7 +81,7 @@ static stof_status run_case(const bench_case *c)
         stof_status st = fuse_linear_act(c->ctx, &c->choice, &plain, c->ws);
         if (st != STOF_OK) return st;
         return fuse_rope(c->ctx, plain.dtype, plain.y, plain.m, r->rope_cols / r->head_dim,
-                         r->head_dim, plain.n, r->positions, r->inv_freq, r->rot_dim);
+                         r->head_dim, plain.n, r->positions, &r->table);
     }
     }
     return STOF_ERR_INTERNAL;
@@ -424,7 +426,8 @@ static void bench_sm90_epilogue(stof_ctx *ctx, bench_case c, const bench_case *u
     for (int i = 0; i <= count; i++) {
         char name[96];
         if (i < count) {
-            if (rope->positions && !fuse_rope_epi_fits(&list[i], rope->head_dim, rope->rot_dim))
+            if (rope->positions &&
+                !fuse_rope_epi_fits(&list[i], rope->head_dim, rope->table.rot_dim))
                 continue;
             c.choice.config = list[i];
             fuse_config_format(&list[i], name, sizeof name);
@@ -496,66 +499,94 @@ static void bench_glu(stof_ctx *ctx, fuse_ws ws, stof_dtype dt)
 
 /* ---------------------------------------------------------------- --rope */
 
-/* One QKV shape: the plain GEMM (speed of light), the unfused path, then
- * every gemm_sm90 config with the rotation in its epilogue and the rule's. */
+/* One QKV shape: the plain GEMM (speed of light); (a) cuBLASLt + fuse_rope,
+ * the unfused path the others are checked against; (b) gemm_sm90 without
+ * the rotation + fuse_rope, at the default rule's tile and at the RoPE
+ * rule's; (c) every gemm_sm90 config with the rotation in its epilogue and
+ * the RoPE rule's. */
 static void bench_rope_shape(stof_ctx *ctx, fuse_ws ws, const char *model, int64_t T, int hidden,
                              int heads, int kv_heads, const void *x, const void *w,
                              const fuse_rope_epi *rope, void *y, stof_dtype dt)
 {
     const int n = (heads + 2 * kv_heads) * rope->head_dim;
     const double flops = 2.0 * T * n * hidden;
+    const char *seg = "qkv+rope";
     bench_case c = lt_linear_case(ctx, ws, dt, T, n, hidden, x, w, y);
     double sol_ms = time_case(&c);
-    report_case(model, T, "qkv+rope", "cublaslt gemm (sol)", sol_ms, sol_ms, flops, "");
+    report_case(model, T, seg, "cublaslt gemm (sol)", sol_ms, sol_ms, flops, "");
 
     bench_case unfused = c;
     unfused.kind = SEG_LT_ROPE;
     unfused.lin.rope = *rope;
     double unfused_ms = time_case(&unfused);
     if (unfused_ms >= 0)
-        report_case(model, T, "qkv+rope", "cublaslt + fuse_rope", unfused_ms, sol_ms, flops, "");
+        report_case(model, T, seg, "(a) cublaslt + fuse_rope", unfused_ms, sol_ms, flops, "");
 
     if (!fuse_sm90_available(ctx)) return;
+    const fuse_config rule =
+        fuse_config_sm90_rope(T, n, hidden, rope->head_dim, rope->table.rot_dim, ctx->sm_count,
+                              ctx->smem_per_block_optin);
+    const fuse_config plain[2] = {fuse_config_default(FUSE_TPL_GEMM_SM90, T, n, hidden,
+                                                      ctx->sm_count, ctx->smem_per_block_optin),
+                                  rule};
+    for (int i = 0; i < 2; i++) {
+        if (plain[i].tpl == FUSE_TPL_NONE || (i == 1 && fuse_config_equal(&plain[0], &plain[1])))
+            continue;
+        bench_case b = unfused;
+        b.choice.path = FUSE_PATH_STOF;
+        b.choice.config = plain[i];
+        char tile[80], name[96];
+        fuse_config_format(&plain[i], tile, sizeof tile);
+        snprintf(name, sizeof name, "(b) %s + fuse_rope", tile);
+        if (!config_fits(ctx, &plain[i], model, T, seg, name, n, hidden)) continue;
+        time_and_report(&b, &unfused, true, y, T * n, dt, model, T, seg, name, sol_ms, flops);
+    }
     c.lin.rope = *rope;
-    bench_sm90_epilogue(ctx, c, &unfused, model, "qkv+rope",
-                        fuse_config_sm90_rope(T, n, hidden, rope->head_dim, rope->rot_dim,
-                                              ctx->sm_count, ctx->smem_per_block_optin),
-                        "rope rule", sol_ms, flops, T * n);
+    bench_sm90_epilogue(ctx, c, &unfused, model, seg, rule, "(c) rope rule", sol_ms, flops, T * n);
 }
 
-/* --rope: ModernBERT-base's and LLaMA-3.2-1B's QKV projections with RoPE. */
+/* --rope: the QKV projections of ModernBERT-base (12 + 2 x 12 heads of 64),
+ * LLaMA-3.2-1B (32 + 2 x 8 heads of 64) and the same widths as heads of 128
+ * (16 + 2 x 4: the epilogue's other head size), every q and k dim rotating,
+ * positions of packed sequences of 2048 read from a table of 2048. */
 static void bench_rope(stof_ctx *ctx, fuse_ws ws, stof_dtype dt)
 {
     static const struct {
         const char *name;
-        int hidden, heads, kv_heads, n_tokens; /* the first n_tokens of tokens */
+        int hidden, heads, kv_heads, head_dim, n_tokens; /* the first n_tokens of tokens */
         float theta;
-    } models[] = {{"modernbert", 768, 12, 12, 3, 160000.f}, {"llama-1b", 2048, 32, 8, 2, 500000.f}};
+    } models[] = {{"modernbert", 768, 12, 12, 64, 3, 160000.f},
+                  {"llama-1b", 2048, 32, 8, 64, 2, 500000.f},
+                  {"llama-d128", 2048, 16, 4, 128, 2, 500000.f}};
     static const int64_t tokens[] = {4096, 16384, 23923};
     const int64_t t_max = tokens[2];
-    const int D = 64;
+    const int P = 2048;
     int32_t *pos = malloc((size_t)t_max * 4);
     if (!pos) exit(1);
     for (int64_t t = 0; t < t_max; t++)
-        pos[t] = (int32_t)(t % 2048);
+        pos[t] = (int32_t)(t % P);
     int32_t *d_pos = dev_alloc((size_t)t_max * 4);
     cudaMemcpy(d_pos, pos, (size_t)t_max * 4, cudaMemcpyHostToDevice);
     printf("--rope: ratios against the plain cuBLASLt GEMM of the same [m, n] output\n");
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
-        const int H = models[mi].hidden, n = (models[mi].heads + 2 * models[mi].kv_heads) * D;
-        float inv[32];
+        const int H = models[mi].hidden, D = models[mi].head_dim;
+        const int n = (models[mi].heads + 2 * models[mi].kv_heads) * D;
+        float inv[FUSE_ROPE_MAX_HALF];
         cpu_rope_freqs(models[mi].theta, D, 0, 1.f, 1.f, 4.f, 8192, inv);
-        float *d_inv = dev_alloc(sizeof inv);
-        cudaMemcpy(d_inv, inv, sizeof inv, cudaMemcpyHostToDevice);
-        const fuse_rope_epi rope = {d_pos, d_inv, D, D,
-                                    (models[mi].heads + models[mi].kv_heads) * D};
+        float *cs = dev_alloc(fuse_rope_table_bytes(P, D));
+        fuse_rope_table tab;
+        if (fuse_rope_table_build(ctx, inv, D, P, cs, &tab) != STOF_OK) {
+            fprintf(stderr, "bench_fuse: %s\n", stof_last_error());
+            exit(1);
+        }
+        const fuse_rope_epi rope = {d_pos, tab, D, (models[mi].heads + models[mi].kv_heads) * D};
         void *x = dev_random(dt, t_max * H, 1.f);
         void *w = dev_random(dt, (int64_t)n * H, 1.f / sqrtf((float)H));
         void *y = dev_alloc((size_t)t_max * n * 2);
         for (int ti = 0; ti < models[mi].n_tokens; ti++)
             bench_rope_shape(ctx, ws, models[mi].name, tokens[ti], H, models[mi].heads,
                              models[mi].kv_heads, x, w, &rope, y, dt);
-        cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(d_inv);
+        cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(cs);
     }
     cudaFree(d_pos);
     free(pos);

@@ -2,8 +2,11 @@
  * test_fuse_decoder.c — the ops the decoder families add (norms.cu,
  * decoder_rows.cu) against the CPU reference: RMSNorm and LayerNorm with
  * and without bias, residual-in and two-out (cpu_rmsnorm, cpu_layernorm);
- * RoPE on the q and k heads of packed QKV rows, GQA and partial rotation,
- * with the scaled frequencies of cpu_rope_freqs (cpu_rope); GLU with SiLU and
+ * RoPE's (cos, sin) table (fuse_rope_table) against cos and sin in double,
+ * and RoPE on the q and k heads of packed QKV rows read from it, GQA and
+ * partial rotation, with the scaled frequencies of cpu_rope_freqs
+ * (cpu_rope), positions up to the table's last row, and positions outside
+ * it (their turned dims NaN, nothing read outside the table); GLU with SiLU and
  * both GELUs over the interleaved halves of fuse.h (cpu_glu on the halves in
  * the checkpoint's order); embeddings without a norm; the last-token gather.
  * Fresh random inputs on the grid f16 and bf16 share, many shapes, both
@@ -119,6 +122,60 @@ static void test_norms(stof_ctx *ctx, test_rng *r)
 
 /* ---------------------------------------------------------------- RoPE */
 
+/* The table of inv (host) over positions positions on the device; cs the
+ * block to free. */
+static fuse_rope_table rope_table(stof_ctx *ctx, const float *inv, int rot_dim, int positions,
+                                  float **cs)
+{
+    fuse_rope_table t;
+    memset(&t, 0, sizeof t);
+    *cs = fuse_test_alloc(fuse_rope_table_bytes(positions, rot_dim));
+    fuse_test_poison(*cs, fuse_rope_table_bytes(positions, rot_dim));
+    CHECK_OK(fuse_rope_table_build(ctx, inv, rot_dim, positions, *cs, &t));
+    return t;
+}
+
+/* The table itself: each entry against cos and sin in double of the same
+ * fp32 angle (float)p * inv[i] (a full-precision sincosf is within 2 ulp),
+ * and the NaN row past the last position. */
+static void rope_table_case(stof_ctx *ctx, int rot_dim, int scaling, float theta, int positions)
+{
+    const int half = rot_dim / 2;
+    float inv[256];
+    cpu_rope_freqs(theta, rot_dim, scaling, 8.f, 1.f, 4.f, 8192, inv);
+    float *cs = NULL;
+    fuse_rope_table t = rope_table(ctx, inv, rot_dim, positions, &cs);
+    CHECK(t.cs == cs && t.positions == positions && t.rot_dim == rot_dim,
+          "rope table: described as %p %d %d", (const void *)t.cs, t.positions, t.rot_dim);
+    const int64_t n = (int64_t)(positions + 1) * half * 2;
+    float *h = fuse_test_host(n);
+    CHECK(cudaMemcpy(h, cs, (size_t)n * 4, cudaMemcpyDeviceToHost) == cudaSuccess,
+          "rope table: copy back");
+    double worst = 0;
+    int64_t bad = -1;
+    for (int p = 0; p < positions; p++)
+        for (int i = 0; i < half; i++) {
+            const float angle = (float)p * inv[i];
+            const float *e = h + 2 * ((int64_t)p * half + i);
+            const double d = fmax(fabs(e[0] - cos((double)angle)), fabs(e[1] - sin((double)angle)));
+            if (!(d <= worst)) worst = d, bad = (int64_t)p * half + i;
+        }
+    CHECK(worst <= 3e-7,
+          "rope table rot=%d theta=%g scaling=%d P=%d: |err| %.3g at position %lld "
+          "pair %lld",
+          rot_dim, (double)theta, scaling, positions, worst, (long long)(bad / half),
+          (long long)(bad % half));
+    bool nan_row = true;
+    for (int i = 0; i < 2 * half; i++)
+        nan_row = nan_row && isnan(h[(int64_t)positions * half * 2 + i]);
+    CHECK(nan_row, "rope table rot=%d P=%d: the row past the last position is not NaN", rot_dim,
+          positions);
+    cudaFree(cs);
+    free(h);
+}
+
+/* x's q and k heads turned by the table of max_pos positions; positions at
+ * random below max_pos, the last token at the table's last row. */
 static void rope_case(stof_ctx *ctx, test_rng *r, stof_dtype dt, int64_t T, int heads, int kv,
                       int D, int rot_dim, int scaling, float theta, int max_pos)
 {
@@ -126,26 +183,77 @@ static void rope_case(stof_ctx *ctx, test_rng *r, stof_dtype dt, int64_t T, int 
     float *x = fuse_test_grid(r, n, -2.f, 2.f), *ref = fuse_test_host(n);
     int32_t *pos = malloc((size_t)(T > 0 ? T : 1) * 4);
     for (int64_t t = 0; t < T; t++)
-        pos[t] = (int32_t)test_rng_int(r, 0, max_pos - 1);
+        pos[t] = t == T - 1 ? max_pos - 1 : (int32_t)test_rng_int(r, 0, max_pos - 1);
     float inv[256];
     cpu_rope_freqs(theta, rot_dim, scaling, 8.f, 1.f, 4.f, 8192, inv);
     memcpy(ref, x, (size_t)n * sizeof(float));
     cpu_rope(ref, T, heads + kv, D, stride, pos, inv, rot_dim);
     void *dx = fuse_test_upload(x, n, dt);
     int32_t *dp = dev_i32(pos, T);
-    float *dinv = fuse_test_upload(inv, rot_dim / 2, STOF_F32);
+    float *cs = NULL;
+    const fuse_rope_table tab = rope_table(ctx, inv, rot_dim, max_pos, &cs);
     char label[200];
     snprintf(label, sizeof label, "rope T=%lld heads=%d kv=%d D=%d rot=%d scaling=%d %s",
              (long long)T, heads, kv, D, rot_dim, scaling, stof_dtype_name(dt));
-    stof_status st = fuse_rope(ctx, dt, dx, T, heads + kv, D, stride, dp, dinv, rot_dim);
+    stof_status st = fuse_rope(ctx, dt, dx, T, heads + kv, D, stride, dp, &tab);
     /* the v heads and the unrotated dims must come back as they went in */
     expect_close(label, st, dx, dt, ref, n, stride, tolerance(dt));
-    cudaFree(dx), cudaFree(dp), cudaFree(dinv);
+    cudaFree(dx), cudaFree(dp), cudaFree(cs);
     free(x), free(ref), free(pos);
+}
+
+/* Positions outside the table (past it, negative): their tokens' rotated
+ * dims come out NaN, every other value as the reference has it. */
+static void rope_outside_case(stof_ctx *ctx, test_rng *r, stof_dtype dt, int D, int rot_dim)
+{
+    const int T = 40, heads = 3, kv = 1, P = 100;
+    const int64_t stride = (int64_t)(heads + 2 * kv) * D, n = T * stride;
+    float *x = fuse_test_grid(r, n, -2.f, 2.f), *ref = fuse_test_host(n), *y = fuse_test_host(n);
+    int32_t pos[40];
+    for (int t = 0; t < T; t++)
+        pos[t] = t % 4 == 1   ? P + t * 1000
+                 : t % 4 == 3 ? -1 - t
+                              : (int32_t)test_rng_int(r, 0, P - 1);
+    pos[2] = INT32_MAX;
+    pos[6] = INT32_MIN;
+    pos[0] = P; /* one past the last row */
+    float inv[256];
+    cpu_rope_freqs(10000.f, rot_dim, 0, 1.f, 1.f, 4.f, 8192, inv);
+    memcpy(ref, x, (size_t)n * sizeof(float));
+    for (int t = 0; t < T; t++)
+        if (pos[t] >= 0 && pos[t] < P)
+            cpu_rope(ref + t * stride, 1, heads + kv, D, stride, &pos[t], inv, rot_dim);
+    void *dx = fuse_test_upload(x, n, dt);
+    int32_t *dp = dev_i32(pos, T);
+    float *cs = NULL;
+    const fuse_rope_table tab = rope_table(ctx, inv, rot_dim, P, &cs);
+    CHECK_OK(fuse_rope(ctx, dt, dx, T, heads + kv, D, stride, dp, &tab));
+    fuse_test_get(y, dx, n, dt);
+    int wrong = 0;
+    for (int t = 0; t < T; t++) {
+        const bool outside = pos[t] < 0 || pos[t] >= P;
+        for (int64_t c = 0; c < stride; c++) {
+            const bool turned = c < (int64_t)(heads + kv) * D && c % D < rot_dim;
+            const float v = y[t * stride + c], want = ref[t * stride + c];
+            const bool ok =
+                outside && turned ? isnan(v) : fabsf(v - want) <= 2e-2f * (1.f + fabsf(want));
+            wrong += !ok;
+        }
+    }
+    CHECK(wrong == 0,
+          "rope outside the table D=%d rot=%d %s: %d values wrong (NaN expected on "
+          "the turned dims of tokens outside, the reference elsewhere)",
+          D, rot_dim, stof_dtype_name(dt), wrong);
+    cudaFree(dx), cudaFree(dp), cudaFree(cs);
+    free(x), free(ref), free(y);
 }
 
 static void test_rope(stof_ctx *ctx, test_rng *r)
 {
+    rope_table_case(ctx, 64, 0, 160000.f, 8192); /* ModernBERT global */
+    rope_table_case(ctx, 64, 0, 10000.f, 300);
+    rope_table_case(ctx, 128, 2, 500000.f, 4097); /* llama3 scaling */
+    rope_table_case(ctx, 12, 1, 10000.f, 1);
     for (int di = 0; di < 2; di++) {
         stof_dtype dt = dtypes[di];
         rope_case(ctx, r, dt, 1, 1, 1, 32, 32, 0, 10000.f, 16);
@@ -157,6 +265,9 @@ static void test_rope(stof_ctx *ctx, test_rng *r)
         rope_case(ctx, r, dt, 4097, 3, 1, 96, 96, 0, 10000.f, 16384);
         rope_case(ctx, r, dt, 65, 3, 1, 20, 12, 0, 10000.f, 512); /* unaligned: scalar path */
         rope_case(ctx, r, dt, 9, 70, 10, 64, 64, 0, 10000.f, 64); /* heads past one CTA's threads */
+        rope_case(ctx, r, dt, 30, 2, 1, 64, 64, 0, 10000.f, 1);   /* a table of one position */
+        rope_outside_case(ctx, r, dt, 64, 64);                    /* vector path */
+        rope_outside_case(ctx, r, dt, 20, 12);                    /* scalar path */
     }
 }
 
@@ -307,9 +418,25 @@ static void test_errors(stof_ctx *ctx)
     CHECK_STATUS(fuse_norm(ctx, STOF_F16, (fuse_norm_kind)5, 4, 64, a, NULL, NULL, NULL, 1e-5f, b,
                            NULL),
                  STOF_ERR_INVALID_ARG);
-    CHECK_STATUS(fuse_rope(ctx, STOF_F16, a, 4, 2, 64, 128, pos, inv, 65), STOF_ERR_SHAPE);
-    CHECK_STATUS(fuse_rope(ctx, STOF_F16, a, 4, 2, 64, 100, pos, inv, 64), STOF_ERR_SHAPE);
-    CHECK_STATUS(fuse_rope(ctx, STOF_F16, a, 4, 2, 64, 128, NULL, inv, 64), STOF_ERR_INVALID_ARG);
+    const fuse_rope_table tab = {inv, 4, 64}, odd = {inv, 4, 65}, none = {NULL, 4, 64},
+                          empty = {inv, 0, 64}, wide = {inv, 4, 128};
+    CHECK_STATUS(fuse_rope(ctx, STOF_F16, a, 4, 2, 64, 128, pos, &odd), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_rope(ctx, STOF_F16, a, 4, 2, 64, 128, pos, &wide), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_rope(ctx, STOF_F16, a, 4, 2, 64, 128, pos, &empty), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_rope(ctx, STOF_F16, a, 4, 2, 64, 128, pos, &none), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_rope(ctx, STOF_F16, a, 4, 2, 64, 128, pos, NULL), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_rope(ctx, STOF_F16, a, 4, 2, 64, 100, pos, &tab), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_rope(ctx, STOF_F16, a, 4, 2, 64, 128, NULL, &tab), STOF_ERR_INVALID_ARG);
+    fuse_rope_table built;
+    const float freqs[32] = {1.f};
+    CHECK_STATUS(fuse_rope_table_build(ctx, freqs, 64, 0, inv, &built), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_rope_table_build(ctx, freqs, 63, 8, inv, &built), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_rope_table_build(ctx, freqs, 64, INT32_MAX, inv, &built), STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_rope_table_build(ctx, NULL, 64, 8, inv, &built), STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_rope_table_build(ctx, freqs, 64, 8, NULL, &built), STOF_ERR_INVALID_ARG);
+    CHECK(fuse_rope_table_bytes(8, 64) == 9 * 32 * 8 && fuse_rope_table_bytes(0, 64) == 0 &&
+              fuse_rope_table_bytes(8, 7) == 0,
+          "fuse_rope_table_bytes");
     CHECK_STATUS(fuse_glu(ctx, STOF_F16, 4, 12, a, ACT_SILU, b), STOF_ERR_SHAPE);
     CHECK_STATUS(fuse_glu(ctx, STOF_F16, 4, 64, a, (stof_act)9, b), STOF_ERR_INVALID_ARG);
     CHECK_STATUS(fuse_glu(ctx, STOF_F16, 4, 64, a, ACT_SILU, (char *)a + 256),

@@ -8,10 +8,12 @@
  * positions at random (not monotonic, up to 8191, where fp32 angles carry
  * their rounding), m ragged against every tile, with and without a bias,
  * f16 and bf16, fresh random inputs, outputs poisoned with NaN before each
- * run. The separate pass (cuBLASLt, then fuse_rope) runs on the same inputs
- * as a check of the check. Then the refusals: a tile that splits heads,
- * cuBLASLt, gemm_bias_act, a residual or LayerNorm segment, and bad
- * rope_cols, each by name.
+ * run, the (cos, sin) table (fuse_rope_table) ending at the largest
+ * position in use. The separate pass (cuBLASLt, then fuse_rope) runs on the
+ * same inputs as a check of the check. Positions outside the table turn
+ * exactly the rows' q and k dims into NaN in both. Then the refusals: a
+ * tile that splits heads, cuBLASLt, gemm_bias_act, a residual or LayerNorm
+ * segment, bad rope_cols and a bad table, each by name.
  *
  * Tolerance: ||y - ref|| / ||ref|| within 5e-3 (f16) and 1e-2 (bf16), as for
  * the other epilogues: the epilogue rotates the fp32 accumulators and rounds
@@ -35,6 +37,7 @@ void *fuse_test_alloc(size_t bytes);
 void fuse_test_poison(void *dev, size_t bytes);
 void fuse_test_put_bytes(void *dev, const void *host, size_t bytes);
 void *fuse_test_upload(const float *host, int64_t n, stof_dtype dtype);
+void fuse_test_get(float *host, const void *dev, int64_t n, stof_dtype dtype);
 float *fuse_test_host(int64_t n);
 float *fuse_test_grid(test_rng *r, int64_t n, float lo, float hi);
 
@@ -101,6 +104,22 @@ static void expect_close(const char *label, stof_status st, const void *y, stof_
           fuse_test_rel_err_detail());
 }
 
+/* The table of inv whose last row is the largest of the m positions (the
+ * rows near its end in use); cs the block to free. */
+static fuse_rope_table table_to_last(stof_ctx *ctx, const float *inv, int rot, const int32_t *pos,
+                                     int64_t m, float **cs)
+{
+    int32_t last = 0;
+    for (int64_t i = 0; i < m; i++)
+        last = pos[i] > last ? pos[i] : last;
+    fuse_rope_table t;
+    memset(&t, 0, sizeof t);
+    *cs = fuse_test_alloc(fuse_rope_table_bytes(last + 1, rot));
+    fuse_test_poison(*cs, fuse_rope_table_bytes(last + 1, rot));
+    CHECK_OK(fuse_rope_table_build(ctx, inv, rot, last + 1, *cs, &t));
+    return t;
+}
+
 /* Returns how many configs carried the case. */
 static int run_case(stof_ctx *ctx, fuse_ws ws, test_rng *r, const rope_case *c)
 {
@@ -118,10 +137,11 @@ static int run_case(stof_ctx *ctx, fuse_ws ws, test_rng *r, const rope_case *c)
     cpu_rope_freqs(c->theta, c->rot, 0, 1.f, 1.f, 4.f, 8192, inv);
     int32_t *d_pos = fuse_test_alloc((size_t)m * 4);
     fuse_test_put_bytes(d_pos, pos, (size_t)m * 4);
-    float *d_inv = fuse_test_upload(inv, c->rot / 2, STOF_F32);
+    float *cs = NULL;
+    const fuse_rope_table tab = table_to_last(ctx, inv, c->rot, pos, m, &cs);
     float *ref_dev = fuse_test_alloc((size_t)m * n * 4);
     void *y = fuse_test_alloc((size_t)m * n * 2);
-    const fuse_rope_epi rope = {d_pos, d_inv, c->D, c->rot, rope_cols};
+    const fuse_rope_epi rope = {d_pos, tab, c->D, rope_cols};
     int count = 0, carried = 0;
     const fuse_config *list = fuse_config_list(FUSE_TPL_GEMM_SM90, &count);
     for (int di = 0; di < 2; di++) {
@@ -164,16 +184,79 @@ static int run_case(stof_ctx *ctx, fuse_ws ws, test_rng *r, const rope_case *c)
         fuse_linear_args a = qkv_args(dt, c, n, dx, dw, db, y);
         fuse_test_poison(y, (size_t)m * n * 2);
         stof_status st = fuse_linear_act(ctx, &lt, &a, ws);
-        if (st == STOF_OK)
-            st = fuse_rope(ctx, dt, y, m, c->heads + c->kv, c->D, n, d_pos, d_inv, c->rot);
+        if (st == STOF_OK) st = fuse_rope(ctx, dt, y, m, c->heads + c->kv, c->D, n, d_pos, &tab);
         snprintf(label, sizeof label, "cuBLASLt + fuse_rope m=%lld D=%d rot=%d %s", (long long)m,
                  c->D, c->rot, stof_dtype_name(dt));
         expect_close(label, st, y, dt, ref_dev, m * n, n);
         cudaFree(dx), cudaFree(dw), cudaFree(db);
     }
-    cudaFree(d_pos), cudaFree(d_inv), cudaFree(ref_dev), cudaFree(y);
+    cudaFree(d_pos), cudaFree(cs), cudaFree(ref_dev), cudaFree(y);
     free(x), free(w), free(b), free(ref), free(pos);
     return carried;
+}
+
+/* ---------------------------------------------------------------- outside the table */
+
+/* Positions outside the table (past it, negative): the epilogue turns the
+ * q and k dims of those rows into NaN, exactly those, as the separate pass
+ * does (test_fuse_decoder checks the pass against the reference), and agrees
+ * with the pass everywhere else. */
+static void outside_case(stof_ctx *ctx, fuse_ws ws, test_rng *r, stof_dtype dt)
+{
+    const rope_case c = {200, 64, 4, 2, 64, 64, 10000.f, true};
+    const int n = (c.heads + 2 * c.kv) * c.D, P = 50;
+    const int64_t m = c.m;
+    float *x = fuse_test_grid(r, m * c.k, -1.f, 1.f), inv[32];
+    float *w = fuse_test_grid(r, (int64_t)n * c.k, -0.25f, 0.25f);
+    float *y_epi = fuse_test_host(m * n), *y_pass = fuse_test_host(m * n);
+    int32_t pos[200];
+    for (int64_t i = 0; i < m; i++)
+        pos[i] = i % 5 == 1 ? P + (int32_t)i : i % 5 == 3 ? -1 - (int32_t)i : (int32_t)(i % P);
+    pos[10] = INT32_MAX;
+    pos[12] = P;     /* one past the last row */
+    pos[14] = P - 1; /* the last row */
+    int outside = 0;
+    for (int64_t i = 0; i < m; i++)
+        outside += pos[i] < 0 || pos[i] >= P;
+    cpu_rope_freqs(c.theta, c.rot, 0, 1.f, 1.f, 4.f, 8192, inv);
+    int32_t *d_pos = fuse_test_alloc(sizeof pos);
+    fuse_test_put_bytes(d_pos, pos, sizeof pos);
+    float *cs = fuse_test_alloc(fuse_rope_table_bytes(P, c.rot));
+    fuse_rope_table tab;
+    CHECK_OK(fuse_rope_table_build(ctx, inv, c.rot, P, cs, &tab));
+    void *dx = fuse_test_upload(x, m * c.k, dt), *dw = fuse_test_upload(w, (int64_t)n * c.k, dt);
+    void *y = fuse_test_alloc((size_t)m * n * 2);
+    fuse_choice ch;
+    memset(&ch, 0, sizeof ch);
+    ch.path = FUSE_PATH_STOF;
+    ch.config = fuse_config_sm90_rope(m, n, c.k, c.D, c.rot, ctx->sm_count,
+                                      (size_t)ctx->smem_per_block_optin);
+    fuse_linear_args a = qkv_args(dt, &c, n, dx, dw, NULL, y);
+    a.rope = (fuse_rope_epi){d_pos, tab, c.D, (c.heads + c.kv) * c.D};
+    fuse_test_poison(y, (size_t)m * n * 2);
+    CHECK_OK(fuse_linear_act(ctx, &ch, &a, ws));
+    fuse_test_get(y_epi, y, m * n, dt);
+    ch.path = FUSE_PATH_CUBLASLT;
+    a.rope.positions = NULL;
+    fuse_test_poison(y, (size_t)m * n * 2);
+    CHECK_OK(fuse_linear_act(ctx, &ch, &a, ws));
+    CHECK_OK(fuse_rope(ctx, dt, y, m, c.heads + c.kv, c.D, n, d_pos, &tab));
+    fuse_test_get(y_pass, y, m * n, dt);
+    int64_t nan_epi = 0, differ = 0;
+    for (int64_t i = 0; i < m * n; i++) {
+        nan_epi += isnan(y_epi[i]);
+        const bool same = isnan(y_epi[i])
+                              ? isnan(y_pass[i])
+                              : fabsf(y_epi[i] - y_pass[i]) <= 2e-2f * (1.f + fabsf(y_pass[i]));
+        differ += !same;
+    }
+    const int64_t want = (int64_t)outside * (c.heads + c.kv) * c.rot;
+    CHECK(nan_epi == want && differ == 0,
+          "rope epilogue outside the table %s: %lld NaN (want %lld: the turned dims of %d rows), "
+          "%lld values unlike the separate pass's",
+          stof_dtype_name(dt), (long long)nan_epi, (long long)want, outside, (long long)differ);
+    cudaFree(d_pos), cudaFree(cs), cudaFree(dx), cudaFree(dw), cudaFree(y);
+    free(x), free(w), free(y_epi), free(y_pass);
 }
 
 /* ---------------------------------------------------------------- refusals */
@@ -194,7 +277,7 @@ static void test_refusals(stof_ctx *ctx, fuse_ws ws, bool sm90)
     int32_t *pos = fuse_test_alloc(128 * 4);
     float *inv = fuse_test_alloc(64 * 4);
     fuse_linear_args a = qkv_args(STOF_F16, &c, n, x, w, NULL, y);
-    a.rope = (fuse_rope_epi){pos, inv, 128, 128, 3 * 128};
+    a.rope = (fuse_rope_epi){pos, {inv, 4, 128}, 128, 3 * 128};
     fuse_choice lt, tpl, small;
     memset(&lt, 0, sizeof lt);
     lt.path = FUSE_PATH_CUBLASLT;
@@ -224,7 +307,7 @@ static void test_refusals(stof_ctx *ctx, fuse_ws ws, bool sm90)
         expect_refused(fuse_linear_act(ctx, &big, &bad, ws), STOF_ERR_SHAPE, "rope_cols",
                        "rope_cols not whole heads");
         bad = a;
-        bad.rope.rot_dim = 96; /* not a compiled (head_dim, rot_dim) pair */
+        bad.rope.table.rot_dim = 96; /* not a compiled (head_dim, rot_dim) pair */
         expect_refused(fuse_linear_act(ctx, &big, &bad, ws), STOF_ERR_UNSUPPORTED,
                        "cannot carry RoPE over 96 of 128", "rot_dim 96");
         bad = a;
@@ -232,9 +315,13 @@ static void test_refusals(stof_ctx *ctx, fuse_ws ws, bool sm90)
         expect_refused(fuse_linear_act(ctx, &big, &bad, ws), STOF_ERR_INVALID_ARG,
                        "act none, no residual", "RoPE with a residual");
         bad = a;
-        bad.rope.inv_freq = NULL;
-        expect_refused(fuse_linear_act(ctx, &big, &bad, ws), STOF_ERR_INVALID_ARG, "rope.inv_freq",
-                       "inv_freq NULL");
+        bad.rope.table.cs = NULL;
+        expect_refused(fuse_linear_act(ctx, &big, &bad, ws), STOF_ERR_INVALID_ARG,
+                       "RoPE table's cs", "table NULL");
+        bad = a;
+        bad.rope.table.positions = 0;
+        expect_refused(fuse_linear_act(ctx, &big, &bad, ws), STOF_ERR_SHAPE,
+                       "a RoPE table of 0 positions", "empty table");
     }
     cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(res), cudaFree(pos), cudaFree(inv);
 }
@@ -264,6 +351,8 @@ int main(void)
                    cases[i].D, cases[i].rot, carried);
             CHECK(carried > 0, "no gemm_sm90 config carried D=%d rot=%d", cases[i].D, cases[i].rot);
         }
+        for (int di = 0; di < 2; di++)
+            outside_case(ctx, ws, &r, dtypes[di]);
     }
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "device error at the end: %s",
           cudaGetErrorString(cudaGetLastError()));

@@ -131,9 +131,10 @@ static void check_output(const family_golden *g, const char *what, const char *g
     printf(" %s %.2e", what, e);
 }
 
-/* rope_epi: the RoPE families once more with the rotation in the QKV GEMM's
- * epilogue at any row count (STOF_ROPE_EPI_ROWS 0, read at load), every
- * layer of the first forward checked to have taken it. */
+/* rope_epi: the rotation in the QKV GEMM's epilogue at any row count
+ * (STOF_ROPE_EPI_ROWS 0, read at load), else never ("off": the separate
+ * pass); every layer of a RoPE family's first forward checked to have taken
+ * the one asked for. */
 static void run_case(stof_ctx *ctx, const golden_case *c, stof_dtype dtype,
                      const stof_mask_spec *spec, bool rope_epi)
 {
@@ -171,10 +172,10 @@ static void run_case(stof_ctx *ctx, const golden_case *c, stof_dtype dtype,
             stof_status st = forward(m, &g, &d, ways[w].way, c->decoder, H, V, spec);
             CHECK(st == STOF_OK, "%s: %s", label, stof_last_error());
             if (st != STOF_OK) break;
-            if (rope_epi && w == 0 && run == 0)
-                CHECK(enc_gpu_rope_epi_layers(m->gpu) == info.layers,
-                      "%s: %d of %d layers took RoPE in the QKV epilogue", label,
-                      enc_gpu_rope_epi_layers(m->gpu), info.layers);
+            if (c->rope && w == 0 && run == 0)
+                CHECK(enc_gpu_rope_epi_layers(m->gpu) == (rope_epi ? info.layers : 0),
+                      "%s: %d of %d layers took RoPE in the QKV epilogue (want %s)", label,
+                      enc_gpu_rope_epi_layers(m->gpu), info.layers, rope_epi ? "all" : "none");
             bool masked = ways[w].way == WAY_MASKED;
             printf("%-28s", label);
             check_output(&g, "hidden", masked ? "hidden_masked" : "hidden", hidden, d.hidden, H,
@@ -205,13 +206,15 @@ int main(void)
     stof_mask_spec *spec = NULL;
     CHECK_OK(stof_mask_spec_parse(spec_text, &spec));
     const char *only = getenv("STOF_TEST_FAMILY"); /* one case by name, for debugging */
+    CHECK(setenv("STOF_ROPE_EPI_ROWS", "off", 1) == 0,
+          "setenv STOF_ROPE_EPI_ROWS failed"); /* forced off */
     for (size_t i = 0; ctx && spec && i < sizeof cases / sizeof cases[0]; i++)
         if (!only || strcmp(only, cases[i].name) == 0)
             for (int dt = 0; dt < 2; dt++)
                 run_case(ctx, &cases[i], dt ? STOF_BF16 : STOF_F16, spec, false);
     if (ctx && !fuse_sm90_available(ctx))
         printf("RoPE in the QKV epilogue: skipped (%s has no gemm_sm90)\n", ctx->device_name);
-    else if (ctx && setenv("STOF_ROPE_EPI_ROWS", "0", 1) == 0) {
+    else if (ctx && setenv("STOF_ROPE_EPI_ROWS", "0", 1) == 0) { /* forced on */
         for (size_t i = 0; spec && i < sizeof cases / sizeof cases[0]; i++)
             if (cases[i].rope && (!only || strcmp(only, cases[i].name) == 0))
                 for (int dt = 0; dt < 2; dt++)

@@ -76,6 +76,21 @@ size_t fuse_smem_limit(const stof_ctx *ctx)
     return ctx->smem_per_block_optin;
 }
 
+stof_status fuse_check_rope_table(const fuse_rope_table *t, int head_dim, const char *what)
+{
+    STOF_REQUIRE(t, STOF_ERR_INVALID_ARG, "%s: the RoPE table is NULL", what);
+    STOF_REQUIRE(t->cs && (uintptr_t)t->cs % 16 == 0, STOF_ERR_INVALID_ARG,
+                 "%s: the RoPE table's cs = %p is NULL or not 16-byte aligned", what,
+                 (const void *)t->cs);
+    STOF_REQUIRE(t->positions >= 1, STOF_ERR_SHAPE, "%s: a RoPE table of %d positions", what,
+                 t->positions);
+    STOF_REQUIRE(t->rot_dim >= 2 && t->rot_dim % 2 == 0 && t->rot_dim <= head_dim &&
+                     t->rot_dim <= 2 * FUSE_ROPE_MAX_HALF,
+                 STOF_ERR_SHAPE, "%s: rot_dim %d must be even, in [2, min(head_dim = %d, %d)]",
+                 what, t->rot_dim, head_dim, 2 * FUSE_ROPE_MAX_HALF);
+    return STOF_OK;
+}
+
 stof_status fuse_check_index_ptr(const void *p, const char *name, const char *what)
 {
     STOF_REQUIRE(p, STOF_ERR_INVALID_ARG, "%s: %s is NULL", what, name);

@@ -40,9 +40,33 @@ stof_status fuse_norm(stof_ctx *ctx, stof_dtype dtype, fuse_norm_kind kind, int6
                             sum_out);
 }
 
+size_t fuse_rope_table_bytes(int positions, int rot_dim)
+{
+    if (positions < 1 || positions == INT32_MAX || rot_dim < 2 || rot_dim % 2 != 0 ||
+        rot_dim > 2 * FUSE_ROPE_MAX_HALF)
+        return 0;
+    return (size_t)(positions + 1) * (size_t)(rot_dim / 2) * 2 * sizeof(float);
+}
+
+stof_status fuse_rope_table_build(stof_ctx *ctx, const float *inv_freq_host, int rot_dim,
+                                  int positions, float *cs, fuse_rope_table *out)
+{
+    const char *what = "fuse_rope_table_build";
+    STOF_TRY(fuse_check_ctx(ctx, what));
+    STOF_REQUIRE(inv_freq_host && out, STOF_ERR_INVALID_ARG, "%s: inv_freq_host or out is NULL",
+                 what);
+    STOF_REQUIRE(fuse_rope_table_bytes(positions, rot_dim) > 0, STOF_ERR_SHAPE,
+                 "%s: %d positions of rot_dim %d (positions in [1, 2^31 - 2], rot_dim even in "
+                 "[2, %d])",
+                 what, positions, rot_dim, 2 * FUSE_ROPE_MAX_HALF);
+    *out = (fuse_rope_table){cs, positions, rot_dim};
+    STOF_TRY(fuse_check_rope_table(out, rot_dim, what));
+    return fuse_launch_rope_table(ctx, inv_freq_host, rot_dim, positions, cs);
+}
+
 stof_status fuse_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens, int heads,
                       int head_dim, int64_t row_stride, const int32_t *positions,
-                      const float *inv_freq, int rot_dim)
+                      const fuse_rope_table *table)
 {
     const char *what = "fuse_rope";
     STOF_TRY(fuse_check_ctx(ctx, what));
@@ -52,19 +76,14 @@ stof_status fuse_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens, 
     STOF_REQUIRE(heads >= 1 && head_dim >= 2, STOF_ERR_SHAPE,
                  "%s: %d heads of %d dims: need at least one head of two dims", what, heads,
                  head_dim);
-    STOF_REQUIRE(rot_dim >= 2 && rot_dim % 2 == 0 && rot_dim <= head_dim &&
-                     rot_dim <= 2 * FUSE_ROPE_MAX_HALF,
-                 STOF_ERR_SHAPE, "%s: rot_dim %d must be even, in [2, min(head_dim = %d, %d)]",
-                 what, rot_dim, head_dim, 2 * FUSE_ROPE_MAX_HALF);
+    STOF_TRY(fuse_check_rope_table(table, head_dim, what));
     STOF_REQUIRE(row_stride >= (int64_t)heads * head_dim, STOF_ERR_SHAPE,
                  "%s: row_stride %lld is shorter than %d heads of %d", what,
                  (long long)row_stride, heads, head_dim);
     STOF_REQUIRE(x, STOF_ERR_INVALID_ARG, "%s: x is NULL", what);
     STOF_TRY(fuse_check_index_ptr(positions, "positions", what));
-    STOF_TRY(fuse_check_index_ptr(inv_freq, "inv_freq", what));
     if (tokens == 0) return STOF_OK;
-    return fuse_launch_rope(ctx, dtype, x, tokens, heads, head_dim, row_stride, positions,
-                            inv_freq, rot_dim);
+    return fuse_launch_rope(ctx, dtype, x, tokens, heads, head_dim, row_stride, positions, table);
 }
 
 stof_status fuse_glu(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int inter, const void *x,

@@ -6,9 +6,9 @@
  * gather of each sequence's last packed row (last-token pooling, the LM
  * head's input).
  *
- * RoPE forms the angle and turns the pairs as rope_epi.cuh does (fp32
- * position * inv_freq, full-precision sincosf), once per token and pair
- * index; the rotation is fp32, rounded once. Device-side indices
+ * RoPE reads (cos, sin) from the table of rope_epi.cuh (fuse_rope_table),
+ * which rope_table_kernel builds once per inv_freq set with the angle and
+ * sincosf HF takes; the rotation is fp32, rounded once. Device-side indices
  * (token ids, positions, cu_seqlens) are checked, never trusted.
  */
 #include "fuse/internal.h"
@@ -18,35 +18,68 @@
 
 /* ---------------------------------------------------------------- RoPE */
 
-/* One CTA per token: the angles' sines and cosines once per token into
- * shared memory (every head rotates by the same ones), then the heads' pairs
- * (x[h, i], x[h, i + half]), eight at a time in 16-byte vectors when V (every
- * row, head and half 16-byte aligned), else one at a time. Against one
- * thread per pair with its own sincosf and 64-bit index divisions, on an
- * H200: ModernBERT-base (16, 2048) 140 us a layer, LLaMA-1B (8, 512) 27. */
+/* The angles of one inv_freq set, passed by value: the table's build needs
+ * no device copy of them. */
+typedef struct rope_freqs {
+    float f[FUSE_ROPE_MAX_HALF];
+} rope_freqs;
+
+/* cs[p][i] = rope_cos_sin(p, inv_freq[i]) for p < positions, then the NaN
+ * row; one thread per entry. */
+__global__ void rope_table_kernel(float2 *cs, int positions, int half, const rope_freqs freqs)
+{
+    const int64_t n = (int64_t)(positions + 1) * half;
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n;
+         k += (int64_t)gridDim.x * blockDim.x) {
+        const int p = (int)(k / half), i = (int)(k - (int64_t)p * half);
+        cs[k] = p < positions ? rope_cos_sin(p, freqs.f[i]) : make_float2(nanf(""), nanf(""));
+    }
+}
+
+extern "C" stof_status fuse_launch_rope_table(stof_ctx *ctx, const float *inv_freq_host,
+                                              int rot_dim, int positions, float *cs)
+{
+    rope_freqs freqs;
+    const int half = rot_dim / 2;
+    for (int i = 0; i < FUSE_ROPE_MAX_HALF; i++)
+        freqs.f[i] = i < half ? inv_freq_host[i] : 0.f;
+    int64_t blocks = stof_cdiv((int64_t)(positions + 1) * half, 256),
+            cap = (int64_t)ctx->sm_count * 8;
+    if (blocks > cap) blocks = cap;
+    rope_table_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)ctx->stream>>>(
+        (float2 *)cs, positions, half, freqs);
+    return STOF_CUDA(cudaGetLastError());
+}
+
+/* One CTA per token: the row of its position in the table (every head turns
+ * by the same angles), then the heads' pairs (x[h, i], x[h, i + half]), eight
+ * at a time in 16-byte vectors when V (every row, head and half 16-byte
+ * aligned; their (cos, sin) in four 16-byte loads), else one at a time. */
 template <typename T, bool V>
 __global__ void rope_kernel(T *x, int heads, int head_dim, int64_t row_stride,
-                            const int32_t *__restrict__ positions,
-                            const float *__restrict__ inv_freq, int half)
+                            const int32_t *__restrict__ positions, const float2 *__restrict__ table,
+                            int table_positions, int half)
 {
-    __shared__ float2 cs[FUSE_ROPE_MAX_HALF]; /* (cos, sin) of pair i */
     const int64_t t = blockIdx.x;
-    const int32_t pos = positions[t];
-    for (int i = threadIdx.x; i < half; i += blockDim.x)
-        cs[i] = rope_cos_sin(pos, inv_freq[i]);
-    __syncthreads();
+    const float2 *cs = table + (size_t)rope_table_row(__ldg(positions + t), table_positions) * half;
     T *row = x + t * row_stride;
     const int per_head = V ? half / 8 : half;
     for (int w = threadIdx.x; w < heads * per_head; w += blockDim.x) {
         const int h = w / per_head, i0 = (w - h * per_head) * (V ? 8 : 1);
         T *p = row + (int64_t)h * head_dim + i0;
         if constexpr (V) {
+            float4 c[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                c[e] = rope_load2(cs + i0 + 2 * e);
             float a[8], b[8];
             load8<T>(a, p);
             load8<T>(b, p + half);
 #pragma unroll
-            for (int e = 0; e < 8; e++)
-                rope_turn(a[e], b[e], cs[i0 + e]);
+            for (int e = 0; e < 4; e++) {
+                rope_turn(a[2 * e], b[2 * e], make_float2(c[e].x, c[e].y));
+                rope_turn(a[2 * e + 1], b[2 * e + 1], make_float2(c[e].z, c[e].w));
+            }
             store8<T>(p, a);
             store8<T>(p + half, b);
         } else {
@@ -61,9 +94,9 @@ __global__ void rope_kernel(T *x, int heads, int head_dim, int64_t row_stride,
 template <typename T>
 static stof_status launch_rope_t(stof_ctx *ctx, void *x, int64_t tokens, int heads, int head_dim,
                                  int64_t row_stride, const int32_t *positions,
-                                 const float *inv_freq, int rot_dim)
+                                 const fuse_rope_table *tab)
 {
-    const int half = rot_dim / 2;
+    const int half = tab->rot_dim / 2;
     STOF_REQUIRE(tokens <= INT32_MAX, STOF_ERR_UNSUPPORTED,
                  "fuse_rope: %lld tokens (one CTA each: at most 2^31 - 1)", (long long)tokens);
     const bool v = half % 8 == 0 && head_dim % 8 == 0 && row_stride % 8 == 0 &&
@@ -71,25 +104,24 @@ static stof_status launch_rope_t(stof_ctx *ctx, void *x, int64_t tokens, int hea
     const int work = heads * (v ? half / 8 : half);
     const int threads = work >= 256 ? 256 : (work + 31) / 32 * 32;
     cudaStream_t st = (cudaStream_t)ctx->stream;
+    const float2 *cs = (const float2 *)tab->cs;
     if (v)
         rope_kernel<T, true><<<(unsigned)tokens, threads, 0, st>>>(
-            (T *)x, heads, head_dim, row_stride, positions, inv_freq, half);
+            (T *)x, heads, head_dim, row_stride, positions, cs, tab->positions, half);
     else
         rope_kernel<T, false><<<(unsigned)tokens, threads, 0, st>>>(
-            (T *)x, heads, head_dim, row_stride, positions, inv_freq, half);
+            (T *)x, heads, head_dim, row_stride, positions, cs, tab->positions, half);
     return STOF_CUDA(cudaGetLastError());
 }
 
 extern "C" stof_status fuse_launch_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens,
                                         int heads, int head_dim, int64_t row_stride,
-                                        const int32_t *positions, const float *inv_freq,
-                                        int rot_dim)
+                                        const int32_t *positions, const fuse_rope_table *table)
 {
     if (dtype == STOF_BF16)
         return launch_rope_t<__nv_bfloat16>(ctx, x, tokens, heads, head_dim, row_stride, positions,
-                                            inv_freq, rot_dim);
-    return launch_rope_t<__half>(ctx, x, tokens, heads, head_dim, row_stride, positions, inv_freq,
-                                 rot_dim);
+                                            table);
+    return launch_rope_t<__half>(ctx, x, tokens, heads, head_dim, row_stride, positions, table);
 }
 
 /* ---------------------------------------------------------------- GLU */

@@ -114,20 +114,46 @@ int fuse_config_format(const fuse_config *c, char *buf, size_t cap);
 /* ------------------------------------------------------------ operands */
 
 /*
+ * A RoPE table: (cos, sin) of the angle (float)p * inv_freq[i] (fp32, as HF
+ * forms it; full-precision sincosf) of every position p < positions and
+ * pair index i < rot_dim / 2 at cs[2 (p rot_dim / 2 + i)], then one row of
+ * NaN that a position outside [0, positions) reads instead: its heads come
+ * out NaN, never a read outside the table. Built on the device once per
+ * inv_freq set (fuse_rope_table_build); fuse_rope and the gemm_sm90 epilogue
+ * read it instead of taking sincosf per token, which in the epilogue ran
+ * longer than the GEMM's main loop.
+ */
+typedef struct fuse_rope_table {
+    const float *cs; /* device [positions + 1][rot_dim / 2][2], 16-byte aligned */
+    int positions;   /* rows of real positions, 0 .. positions - 1 */
+    int rot_dim;     /* even, at most 2 FUSE_ROPE_MAX_HALF */
+} fuse_rope_table;
+#define FUSE_ROPE_MAX_HALF 256
+/* Bytes of the table of positions positions and rot_dim rotating dims (the
+ * NaN row included); 0 for a shape it cannot have. */
+size_t fuse_rope_table_bytes(int positions, int rot_dim);
+/* Fills cs (device, fuse_rope_table_bytes) with the table of inv_freq_host
+ * (host F32 [rot_dim / 2]) for positions positions, on the ctx's stream;
+ * *out describes it. */
+stof_status fuse_rope_table_build(stof_ctx *ctx, const float *inv_freq_host, int rot_dim,
+                                  int positions, float *cs, fuse_rope_table *out);
+
+/*
  * Rotary embedding in the GEMM's epilogue (gemm_sm90 only): fuse_rope's
  * rotation of the q and k heads of each output row, applied to the fp32
  * accumulators + bias before the store (rounded once). Row r turns by
- * positions[r]; columns [0, rope_cols) are heads of head_dim whose first
- * rot_dim dims rotate, columns from rope_cols on (v) are stored as they are.
- * A wgmma thread holds columns c and c + rot_dim / 2 of a head when the head
- * lies inside one output tile: block_n a multiple of head_dim, and
- * (head_dim, rot_dim) one of FUSE_ROPE_EPI_SHAPES (fuse_rope_epi_fits; not
- * the two-CTA tile, whose registers have no room for it).
+ * positions[r] (the table's row); columns [0, rope_cols) are heads of
+ * head_dim whose first table.rot_dim dims rotate, columns from rope_cols on
+ * (v) are stored as they are. A wgmma thread holds columns c and c +
+ * rot_dim / 2 of a head when the head lies inside one output tile: block_n
+ * a multiple of head_dim, and (head_dim, rot_dim) one of
+ * FUSE_ROPE_EPI_SHAPES (fuse_rope_epi_fits; not the two-CTA tile, whose
+ * registers have no room for it).
  */
 typedef struct fuse_rope_epi {
     const int32_t *positions; /* device [m], or NULL: no rotation */
-    const float *inv_freq;    /* device [rot_dim / 2] */
-    int head_dim, rot_dim;
+    fuse_rope_table table;
+    int head_dim;
     int rope_cols; /* (heads + kv_heads) head_dim: q and k, a multiple of head_dim <= n */
 } fuse_rope_epi;
 
@@ -397,16 +423,14 @@ stof_status fuse_norm(stof_ctx *ctx, stof_dtype dtype, fuse_norm_kind kind, int6
 /*
  * Rotary embedding in place, rotate-half convention (cpu_rope): token t's
  * heads start at x + t * row_stride (elements), head h at h * head_dim; the
- * first rot_dim dims of each (even, <= head_dim) rotate by positions[t] *
- * inv_freq[i] (device F32 [rot_dim / 2]) on pairs (i, i + rot_dim / 2). On
- * a packed QKV buffer [T, (heads + 2 kv_heads) * D] one call with heads +
- * kv_heads heads turns q and k, which lie side by side in each row.
- * rot_dim is at most 2 FUSE_ROPE_MAX_HALF.
+ * first table->rot_dim dims of each (<= head_dim) rotate by the angles of
+ * position positions[t] (table, fuse_rope_table) on pairs (i, i + rot_dim /
+ * 2). On a packed QKV buffer [T, (heads + 2 kv_heads) * D] one call with
+ * heads + kv_heads heads turns q and k, which lie side by side in each row.
  */
-#define FUSE_ROPE_MAX_HALF 256
 stof_status fuse_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens, int heads,
                       int head_dim, int64_t row_stride, const int32_t *positions,
-                      const float *inv_freq, int rot_dim);
+                      const fuse_rope_table *table);
 /*
  * The GPU layout of a GLU's up projection: on the device the rows of w
  * [2 inter, k] (and of its bias) interleave the two halves in blocks of

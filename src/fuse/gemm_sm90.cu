@@ -232,6 +232,13 @@ static __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int ti
     tn = r / rows;
 }
 
+/* The first row of 64-row block i of warpgroup wg in row tile tm: a
+ * ping-pong warpgroup owns the whole tile, a cooperative one its 64 rows. */
+template <typename G> static __device__ __forceinline__ int64_t block_row0(int tm, int i, int wg)
+{
+    return (int64_t)tm * G::BM + (G::PINGPONG ? 64 * i : wg * 64);
+}
+
 /* Row g of the thread's fragment rows (g and g + 8; tile_fragments) in the
  * warpgroup's 64 rows from row0. */
 static __device__ __forceinline__ int64_t fragment_row(int64_t row0)
@@ -340,23 +347,29 @@ static __device__ __forceinline__ void store_act(const float (&acc)[BN / 2], int
 #undef SM90_STORE
 }
 
-/* y = rope(acc + bias) for the warpgroup's tile fragments: the q and k heads
- * (columns below rope.rope_cols) turned by their row's position in fp32
- * (rope_epi.cuh), then stored; a tile of v's columns only is stored as the
- * plain epilogue does. The host checked that the tile holds whole heads
- * (fuse_rope_epi_fits). */
-template <typename T, int BN>
-static __device__ __forceinline__ void store_tile_rope(float (&acc)[BN / 2], const T *bias, T *y,
-                                                       int64_t row0, int col0, int64_t m, int n,
-                                                       const fuse_rope_epi &rope)
+/* The table rows of the positions of the thread's fragment rows (g and g +
+ * 8 of the warpgroup's 64 from row0; rows past m read position 0). Read
+ * once the tile's operands have arrived, so past the producer's grid wait
+ * (PDL: the positions are an earlier kernel's output). */
+static __device__ __forceinline__ void rope_rows(const fuse_rope_epi &rope, int64_t row0, int64_t m,
+                                                 unsigned (&rows)[2])
 {
-    if (col0 >= rope.rope_cols) {
-        store_tile<T, BN, ACT_NONE, false>(acc, bias, NULL, y, row0, col0, m, n);
-        return;
-    }
     const int64_t r_lo = fragment_row(row0);
-    const int32_t pos_lo = r_lo < m ? rope.positions[r_lo] : 0;
-    const int32_t pos_hi = r_lo + 8 < m ? rope.positions[r_lo + 8] : 0;
+    const int P = rope.table.positions;
+    rows[0] = rope_table_row(r_lo < m ? __ldg(rope.positions + r_lo) : 0, P);
+    rows[1] = rope_table_row(r_lo + 8 < m ? __ldg(rope.positions + r_lo + 8) : 0, P);
+}
+
+/* y = rope(acc + bias) for the warpgroup's tile fragments of a tile that
+ * starts below rope.rope_cols: its q and k heads turned by the table rows of
+ * the thread's two rows (rope_rows) in fp32 (rope_epi.cuh), then stored (a
+ * tile of v's columns only takes the plain epilogue). The host checked that
+ * the tile holds whole heads (fuse_rope_epi_fits). */
+template <typename T, int BN>
+static __device__ __forceinline__ void
+store_tile_rope(float (&acc)[BN / 2], const T *bias, T *y, int64_t row0, int col0, int64_t m, int n,
+                const fuse_rope_epi &rope, unsigned row_lo, unsigned row_hi)
+{
     if (bias)
 #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
@@ -366,8 +379,9 @@ static __device__ __forceinline__ void store_tile_rope(float (&acc)[BN / 2], con
         }
 #define SM90_ROPE(d, r)                                                                            \
     if constexpr (BN % (d) == 0) {                                                                 \
-        if (rope.head_dim == (d) && rope.rot_dim == (r))                                           \
-            rope_tile<BN, d, r>(acc, pos_lo, pos_hi, rope.inv_freq, col0, rope.rope_cols);         \
+        if (rope.head_dim == (d) && rope.table.rot_dim == (r))                                     \
+            rope_tile<BN, d, r>(acc, (const float2 *)rope.table.cs, row_lo, row_hi, col0,          \
+                                rope.rope_cols);                                                   \
     }
     FUSE_ROPE_EPI_SHAPES(SM90_ROPE)
 #undef SM90_ROPE
@@ -569,6 +583,15 @@ __global__ void __launch_bounds__(sm90_traits<BM, BN, WM, WN, STAGES>::THREADS,
         if constexpr (G::PINGPONG) {
             if (next < items) pingpong_pass<256>(wg);
         }
+        const int col0 = tn * BN;
+        /* fuse_rope_epi_fits: the two-CTA tiles leave RoPE out */
+        const bool rope_tile_here = G::CTAS_PER_SM == 1 && rope.positions && col0 < rope.rope_cols;
+        /* The table rows of the thread's rows, loaded under the tile's last
+         * MMAs where a warpgroup holds one 64-row block; where it holds two
+         * (ping-pong 128-row tiles), ptxas spilled with them live across the
+         * wait, so each block loads its own in the epilogue. */
+        unsigned rope_at[2];
+        if (G::MW == 1 && rope_tile_here) rope_rows(rope, block_row0<G>(tm, 0, wg), m, rope_at);
         wgmma_wait<0>();
         if (lane == 0) mbar_arrive(empty + 8 * prev);
 #pragma unroll
@@ -577,18 +600,19 @@ __global__ void __launch_bounds__(sm90_traits<BM, BN, WM, WN, STAGES>::THREADS,
         /* The next kernel (PDL) may be scheduled while this one stores. */
         if (next >= items) stof_grid_launch_dependents();
 
-        const int col0 = tn * BN;
 #pragma unroll
         for (int i = 0; i < G::MW; i++) {
-            const int64_t row0 = (int64_t)tm * G::BM + (G::PINGPONG ? 64 * i : wg * 64);
+            const int64_t row0 = block_row0<G>(tm, i, wg);
             if (parts)
                 store_tile_f32<BN>(acc[i], parts + (int64_t)(item / tiles) * m * n, row0, col0, m,
                                    n);
             else if (glu)
                 store_act<T, BN, true>(acc[i], act, bias, y, row0, col0, m, n);
-            else if (G::CTAS_PER_SM == 1 && rope.positions) /* fuse_rope_epi_fits */
-                store_tile_rope<T, BN>(acc[i], bias, y, row0, col0, m, n, rope);
-            else if (residual)
+            else if (rope_tile_here) {
+                if (G::MW > 1) rope_rows(rope, row0, m, rope_at);
+                store_tile_rope<T, BN>(acc[i], bias, y, row0, col0, m, n, rope, rope_at[0],
+                                       rope_at[1]);
+            } else if (residual)
                 store_tile<T, BN, ACT_NONE, true>(acc[i], bias, residual, y, row0, col0, m, n);
             else
                 store_act<T, BN, false>(acc[i], act, bias, y, row0, col0, m, n);

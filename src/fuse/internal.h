@@ -26,6 +26,9 @@ stof_status fuse_check_rows(int64_t m, const char *name, const char *what);
 stof_status fuse_check_act(stof_act act, const char *what);
 stof_status fuse_check_eps(float eps, const char *what);
 /* An index array: non-NULL and 4-byte aligned. */
+/* A RoPE table (fuse_rope_table) that covers rot_dim rotating dims of heads
+ * of head_dim. */
+stof_status fuse_check_rope_table(const fuse_rope_table *t, int head_dim, const char *what);
 stof_status fuse_check_index_ptr(const void *p, const char *name, const char *what);
 /* An output of bytes that may be the input in exactly (in-place), or elsewhere. */
 stof_status fuse_check_in_place(const void *in, const void *out, size_t bytes,
@@ -91,7 +94,9 @@ stof_status fuse_launch_norm(stof_ctx *ctx, stof_dtype dtype, fuse_norm_kind kin
                              const void *beta, float eps, void *y, void *sum_out);
 stof_status fuse_launch_rope(stof_ctx *ctx, stof_dtype dtype, void *x, int64_t tokens, int heads,
                              int head_dim, int64_t row_stride, const int32_t *positions,
-                             const float *inv_freq, int rot_dim);
+                             const fuse_rope_table *table);
+stof_status fuse_launch_rope_table(stof_ctx *ctx, const float *inv_freq_host, int rot_dim,
+                                   int positions, float *cs);
 stof_status fuse_launch_glu(stof_ctx *ctx, stof_dtype dtype, int64_t rows, int inter,
                             const void *x, stof_act act, void *y);
 stof_status fuse_launch_embed_sum(stof_ctx *ctx, stof_dtype dtype, const void *word, int vocab,

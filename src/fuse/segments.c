@@ -193,14 +193,14 @@ static stof_status check_rope_epi(const fuse_linear_args *a, const fuse_config *
     STOF_REQUIRE(a->act == ACT_NONE && !a->residual && !a->glu, STOF_ERR_INVALID_ARG,
                  "%s: the RoPE epilogue goes with act none, no residual and no GLU", what);
     STOF_TRY(fuse_check_index_ptr(r->positions, "rope.positions", what));
-    STOF_TRY(fuse_check_index_ptr(r->inv_freq, "rope.inv_freq", what));
+    STOF_TRY(fuse_check_rope_table(&r->table, r->head_dim, what));
     char name[64];
     fuse_config_format(cfg, name, sizeof name);
-    STOF_REQUIRE(fuse_rope_epi_fits(cfg, r->head_dim, r->rot_dim), STOF_ERR_UNSUPPORTED,
+    STOF_REQUIRE(fuse_rope_epi_fits(cfg, r->head_dim, r->table.rot_dim), STOF_ERR_UNSUPPORTED,
                  "%s: %s cannot carry RoPE over %d of %d head dims (needs block_n a multiple "
                  "of the head dim and a (head_dim, rot_dim) of FUSE_ROPE_EPI_SHAPES); run "
                  "fuse_rope after the GEMM",
-                 what, name, r->rot_dim, r->head_dim);
+                 what, name, r->table.rot_dim, r->head_dim);
     STOF_REQUIRE(r->rope_cols >= r->head_dim && r->rope_cols % r->head_dim == 0 &&
                      r->rope_cols <= a->n,
                  STOF_ERR_SHAPE, "%s: rope_cols %d must be whole heads of %d within n = %d", what,

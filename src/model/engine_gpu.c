@@ -73,27 +73,128 @@ static bool is_bert(const model_desc *d)
     return true;
 }
 
-/* Each layer's RoPE frequencies, computed as the CPU reference does, uploaded once. */
-static stof_status upload_freqs(enc_gpu *g, const model_desc *d)
+/*
+ * The RoPE tables (fuse_rope_table): one per distinct set of layer
+ * frequencies (ModernBERT: its global and its local theta; the LLaMA kin:
+ * one, llama3 scaling folded in), computed as the CPU reference does and
+ * built on the device for positions 0 .. positions - 1, all in one block.
+ * They belong to the model, not to a batch, so they live beside the weights
+ * rather than in the workspace: built once, every forward and every
+ * captured graph reads them with nothing on the forward's path. At load
+ * they cover max_position_embeddings where all of them fit in
+ * ENG_ROPE_LOAD_BYTES (ModernBERT's 8192 positions: 4 MiB; LLaMA-3.2's
+ * 131072: 32 MiB); rotary positions do not end there, so a forward longer
+ * than the tables grows them first, to its length rounded up to a power of
+ * two, and drops the captured graphs, which hold the old block's address
+ * (as a workspace growth does).
+ */
+#define ENG_ROPE_LOAD_BYTES ((size_t)64 << 20)
+#define ENG_ROPE_MIN_POSITIONS 2048
+
+/* Layer l's frequencies into inv (host, FUSE_ROPE_MAX_HALF floats, zeros past rot_dim / 2). */
+static void layer_freqs(const layer_desc *ld, float *inv)
 {
-    STOF_TRY(stof_host_calloc((size_t)d->layers, sizeof *g->inv_freq, (void **)&g->inv_freq));
-    float host[128];
-    for (int i = 0; i < d->layers; i++) {
-        const rope_desc *r = &d->layer[i].rope;
-        if (d->layer[i].pos != POS_ROPE) continue;
-        STOF_REQUIRE(r->rot_dim >= 2 && r->rot_dim % 2 == 0 && r->rot_dim <= 256,
-                     STOF_ERR_UNSUPPORTED, "layer %d: RoPE over %d dims", i, r->rot_dim);
-        cpu_rope_freqs(r->theta, r->rot_dim, (int)r->scaling, r->factor, r->low_freq_factor,
-                       r->high_freq_factor, r->original_max_positions, host);
-        size_t bytes = (size_t)(r->rot_dim / 2) * sizeof(float);
-        void *dev = NULL;
-        STOF_TRY(stof_dev_alloc(g->ctx, bytes, &dev));
-        g->inv_freq[i] = dev;
-        cudaStream_t s = (cudaStream_t)g->ctx->stream;
-        STOF_CUDA_TRY(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s));
-        STOF_CUDA_TRY(cudaStreamSynchronize(s)); /* host is a stack buffer */
+    const rope_desc *r = &ld->rope;
+    memset(inv, 0, FUSE_ROPE_MAX_HALF * sizeof *inv);
+    cpu_rope_freqs(r->theta, r->rot_dim, (int)r->scaling, r->factor, r->low_freq_factor,
+                   r->high_freq_factor, r->original_max_positions, inv);
+}
+
+/* The block of the tables of positions positions into g->rope_tab, the old
+ * one freed behind the work queued on it; owner[l]: the first layer with
+ * layer l's frequencies (inv), whose table layer l shares. */
+static stof_status build_rope_tables(enc_gpu *g, int positions,
+                                     const float (*inv)[FUSE_ROPE_MAX_HALF], const int *owner)
+{
+    const model_desc *d = g->desc;
+    size_t total = 0;
+    for (int l = 0; l < d->layers; l++)
+        if (owner[l] == l)
+            total += align256(fuse_rope_table_bytes(positions, d->layer[l].rope.rot_dim));
+    void *block = NULL;
+    STOF_TRY(stof_dev_alloc(g->ctx, total, &block));
+    size_t at = 0;
+    stof_status st = STOF_OK;
+    for (int l = 0; l < d->layers && st == STOF_OK; l++) {
+        if (owner[l] < 0) continue;
+        if (owner[l] != l) {
+            g->rope_tab[l] = g->rope_tab[owner[l]];
+            continue;
+        }
+        const int rot = d->layer[l].rope.rot_dim;
+        st = fuse_rope_table_build(g->ctx, inv[l], rot, positions, (float *)((char *)block + at),
+                                   &g->rope_tab[l]);
+        at += align256(fuse_rope_table_bytes(positions, rot));
     }
+    if (st != STOF_OK) {
+        stof_dev_free(g->ctx, block);
+        memset(g->rope_tab, 0, (size_t)d->layers * sizeof *g->rope_tab);
+        g->rope_positions = 0;
+        return st;
+    }
+    stof_dev_free(g->ctx, g->rope_block);
+    g->rope_block = block;
+    g->rope_positions = positions;
+    stof_log(STOF_LOG_DEBUG, "encoder: RoPE tables for %d positions: %.1f MiB", positions,
+             (double)total / (1 << 20));
     return STOF_OK;
+}
+
+/* Tables covering positions 0 .. positions - 1 (at_load: the load's choice,
+ * which may leave none until the first forward); kept when they do. */
+static stof_status rope_reserve(enc_gpu *g, int positions, bool at_load)
+{
+    const model_desc *d = g->desc;
+    if (!g->rope_tab || positions <= g->rope_positions) return STOF_OK;
+    float(*inv)[FUSE_ROPE_MAX_HALF] = NULL;
+    int *owner = NULL;
+    stof_status st = stof_host_calloc((size_t)d->layers, sizeof *inv, (void **)&inv);
+    if (st == STOF_OK) st = stof_host_calloc((size_t)d->layers, sizeof *owner, (void **)&owner);
+    size_t bytes = 0;
+    for (int l = 0; st == STOF_OK && l < d->layers; l++) {
+        owner[l] = -1;
+        if (d->layer[l].pos != POS_ROPE) continue;
+        layer_freqs(&d->layer[l], inv[l]);
+        owner[l] = l;
+        for (int k = 0; k < l && owner[l] == l; k++)
+            if (owner[k] == k && d->layer[k].rope.rot_dim == d->layer[l].rope.rot_dim &&
+                memcmp(inv[k], inv[l], sizeof inv[l]) == 0)
+                owner[l] = k;
+        if (owner[l] == l) bytes += fuse_rope_table_bytes(positions, d->layer[l].rope.rot_dim);
+    }
+    if (st == STOF_OK && !(at_load && bytes > ENG_ROPE_LOAD_BYTES)) {
+        if (!at_load && g->rope_block) eng_graphs_drop(g); /* they read the old block */
+        st = build_rope_tables(g, positions, (const float(*)[FUSE_ROPE_MAX_HALF])inv, owner);
+    }
+    free(inv);
+    free(owner);
+    return st;
+}
+
+/* The tables a forward of sequences of up to len tokens reads. */
+static stof_status rope_cover(enc_gpu *g, int len)
+{
+    if (!g->rope_tab || len <= g->rope_positions) return STOF_OK;
+    int64_t p = ENG_ROPE_MIN_POSITIONS;
+    while (p < len)
+        p *= 2;
+    return rope_reserve(g, p < INT32_MAX - 1 ? (int)p : len, false);
+}
+
+/* A table slot per layer where any layer has RoPE, and the load's tables. */
+static stof_status rope_tables_init(enc_gpu *g, const model_desc *d)
+{
+    bool any = false;
+    for (int l = 0; l < d->layers; l++) {
+        const rope_desc *r = &d->layer[l].rope;
+        if (d->layer[l].pos != POS_ROPE) continue;
+        STOF_REQUIRE(r->rot_dim >= 2 && r->rot_dim % 2 == 0 && r->rot_dim <= 2 * FUSE_ROPE_MAX_HALF,
+                     STOF_ERR_UNSUPPORTED, "layer %d: RoPE over %d dims", l, r->rot_dim);
+        any = true;
+    }
+    if (!any) return STOF_OK;
+    STOF_TRY(stof_host_calloc((size_t)d->layers, sizeof *g->rope_tab, (void **)&g->rope_tab));
+    return rope_reserve(g, d->max_positions, true);
 }
 
 /* The LM head as the GEMM takes it: vocab rows padded with zeros to a
@@ -130,16 +231,17 @@ static void set_widths(enc_gpu *g, const model_desc *d)
 }
 
 /* FUSE_SM90_ROPE_ROWS, or STOF_ROPE_EPI_ROWS when it holds a row count (0:
- * at every size; tests and measurements set it). */
+ * at every size) or "off" (never); tests and measurements set it. */
 static int64_t rope_epi_rows(void)
 {
     const char *env = getenv("STOF_ROPE_EPI_ROWS");
     if (!env || !*env) return FUSE_SM90_ROPE_ROWS;
+    if (strcmp(env, "off") == 0) return INT64_MAX;
     char *end = NULL;
     long long v = strtoll(env, &end, 10);
     if (*end != '\0' || v < 0) {
-        stof_log(STOF_LOG_WARN, "STOF_ROPE_EPI_ROWS=\"%s\" is not a row count; using %d", env,
-                 FUSE_SM90_ROPE_ROWS);
+        stof_log(STOF_LOG_WARN, "STOF_ROPE_EPI_ROWS=\"%s\" is not a row count or off; using %d",
+                 env, FUSE_SM90_ROPE_ROWS);
         return FUSE_SM90_ROPE_ROWS;
     }
     return (int64_t)v;
@@ -174,7 +276,7 @@ stof_status enc_gpu_create(stof_model *m)
     g->emb.type_vocab = d->type_vocab;
     g->emb.hidden = d->hidden;
     g->emb.eps = d->norm_eps;
-    STOF_TRY(upload_freqs(g, d));
+    STOF_TRY(rope_tables_init(g, d));
     if (d->head == HEAD_LM) STOF_TRY(pad_lm_head(g, d));
     STOF_TRY(eng_mask_kinds(g, d));
     set_widths(g, d);
@@ -196,9 +298,8 @@ void enc_gpu_destroy(enc_gpu *g)
     /* the model's weight table pointed at them: empty it for the model's destroy */
     free(g->w->layer);
     memset(g->w, 0, sizeof *g->w);
-    for (int i = 0; g->inv_freq && i < g->desc->layers; i++)
-        if (g->inv_freq[i]) stof_dev_free(g->ctx, g->inv_freq[i]);
-    free(g->inv_freq);
+    stof_dev_free(g->ctx, g->rope_block);
+    free(g->rope_tab);
     free(g->layer_kind);
     if (g->ws) stof_dev_free(g->ctx, g->ws);
     if (g->logits_buf) stof_dev_free(g->ctx, g->logits_buf);
@@ -343,6 +444,7 @@ stof_status enc_gpu_forward(stof_model *m, const enc_request *r)
                  "batch %d: the GPU encoder takes at most 65535 sequences", r->batch);
     if (r->tokens == 0) return write_empty(m, r);
     STOF_TRY(eng_ws_reserve(m, r->batch, r->len));
+    STOF_TRY(rope_cover(m->gpu, r->len));
     int64_t rows = eng_fixed_rows(m, r, r->packed);
     bool fixed = rows > 0;
     if (!fixed) {

@@ -80,7 +80,13 @@ struct engine_gpu {
     bool bert; /* post-norm BERT: the fused, tuned layer path of plan_gpu.c */
     void **allocs; /* device weights, one allocation per canonical tensor (weights_gpu.c) */
     int n_allocs, cap_allocs;
-    float **inv_freq; /* per layer, device [rot_dim / 2], or NULL without RoPE */
+    /* RoPE: each layer's table (engine_gpu.c's rope_reserve; cs NULL without
+     * RoPE, and rope_tab NULL in a model without any), layers of the same
+     * frequencies sharing one, all in rope_block, covering positions 0 ..
+     * rope_positions - 1 */
+    fuse_rope_table *rope_tab;
+    void *rope_block;
+    int rope_positions;
     fuse_embed_tables emb;
     eng_mask_kind kinds[ENG_MASK_KINDS];
     int n_kinds;

@@ -193,14 +193,13 @@ static stof_status prenorm_layer(stof_model *m, int l, const layer_plan *p, cons
     const int rope_cols = (ld->heads + ld->kv_heads) * ld->head_dim; /* q and k, side by side */
     const bool rope_epi = ld->pos == POS_ROPE && qkv_takes_rope(&p->qkv, ld);
     if (rope_epi) {
-        a.rope =
-            (fuse_rope_epi){in->pos, g->inv_freq[l], ld->head_dim, ld->rope.rot_dim, rope_cols};
+        a.rope = (fuse_rope_epi){in->pos, g->rope_tab[l], ld->head_dim, rope_cols};
         g->rope_epi_layers++;
     }
     STOF_TRY(fuse_linear_act(m->ctx, &p->qkv, &a, g->lt));
     if (ld->pos == POS_ROPE && !rope_epi) /* one call turns q and k */
         STOF_TRY(fuse_rope(m->ctx, g->dtype, g->qkv, in->rows, ld->heads + ld->kv_heads,
-                           ld->head_dim, a.n, in->pos, g->inv_freq[l], ld->rope.rot_dim));
+                           ld->head_dim, a.n, in->pos, &g->rope_tab[l]));
     STOF_TRY(wait_mask(m, mask_ready));
     STOF_TRY(attention(m, r, in, p, l, mask));
     norm_ref mlp_norm = {ld->mlp_norm, w->mlp_norm, w->mlp_norm_b};
@@ -238,6 +237,10 @@ stof_status eng_run_layers(stof_model *m, const enc_request *r, const dev_inputs
 {
     enc_gpu *g = m->gpu;
     const model_desc *d = &m->desc;
+    /* positions run below the batch's length: the tables cover it (enc_gpu_forward) */
+    STOF_REQUIRE(!g->rope_tab || r->len <= g->rope_positions, STOF_ERR_SHAPE,
+                 "encoder: sequences of %d tokens reach past the RoPE tables' %d positions", r->len,
+                 g->rope_positions);
     STOF_TRY(embed(m, in));
     if (d->layers == 0) return wait_mask(m, mask_ready);
     if (g->bert) {
