@@ -12,7 +12,10 @@
  * (kernel by kernel, graph capture, graph replay). Last hidden states and,
  * for decoders, every token's logits are checked on the real tokens,
  * padding rows must be zeros, and last-token logits are checked once.
- * Outputs are poisoned (NaN) before every run.
+ * Outputs are poisoned (NaN) before every run. The RoPE families run with
+ * the rotation in the QKV GEMM's epilogue forced off, then on. LLaMA and
+ * ModernBERT also run past max_position_embeddings against the CPU engine
+ * (the GPU's RoPE tables grow, its graphs recaptured).
  *
  * Error: max |gpu - HF| / max |HF| over the real tokens (family_golden.h).
  * Tolerances from the data: HF's own forward of these checkpoints in f16 and
@@ -196,6 +199,99 @@ static void run_case(stof_ctx *ctx, const golden_case *c, stof_dtype dtype,
     stof_model_destroy(m);
 }
 
+/* ---------------------------------------------------------------- past max_position_embeddings */
+
+/* One forward of B sequences of up to L tokens (random ids; the first
+ * sequence full, the others shorter by steps) on the GPU model gm and the CPU model
+ * cm of the same checkpoint; the GPU's hidden states against the CPU's on
+ * the real tokens. */
+static void gpu_vs_cpu(stof_model *gm, stof_model *cm, test_rng *r, int B, int L, int V, int H,
+                       const char *label)
+{
+    int32_t *ids = calloc((size_t)B * L, 4), lengths[8];
+    float *want = malloc((size_t)B * L * H * 4), *got = malloc((size_t)B * L * H * 4);
+    float *d_hidden = dev_alloc((size_t)B * L * H * 4);
+    for (int b = 0; b < B; b++) {
+        lengths[b] = L - b * (L / (B + 1)); /* the same bucket for the same (B, L) */
+        for (int i = 0; i < lengths[b]; i++)
+            ids[(int64_t)b * L + i] = (int32_t)test_rng_int(r, 0, V - 1);
+    }
+    int64_t sh_ids[2] = {B, L}, sh_len[1] = {B}, sh_h[3] = {B, L, H};
+    stof_tensor t_ids = stof_tensor_make(ids, STOF_I32, STOF_MEM_HOST, 2, sh_ids);
+    stof_tensor t_len = stof_tensor_make(lengths, STOF_I32, STOF_MEM_HOST, 1, sh_len);
+    stof_tensor t_want = stof_tensor_make(want, STOF_F32, STOF_MEM_HOST, 3, sh_h);
+    stof_tensor t_got = stof_tensor_make(d_hidden, STOF_F32, STOF_MEM_DEVICE, 3, sh_h);
+    stof_forward_params p = stof_forward_default_params();
+    CHECK_OK(stof_model_forward(cm, &p, &t_ids, &t_len, NULL, &t_want, NULL));
+    cudaMemset(d_hidden, 0xff, (size_t)B * L * H * 4);
+    stof_status st = stof_model_forward(gm, &p, &t_ids, &t_len, NULL, &t_got, NULL);
+    CHECK(st == STOF_OK, "%s: %s", label, stof_last_error());
+    if (st == STOF_OK) {
+        to_host(got, d_hidden, (int64_t)B * L * H);
+        const family_golden g = {NULL, ids, lengths, B, L};
+        double e = family_golden_err(got, want, &g, H, false);
+        CHECK(e <= tol_f16, "%s: hidden err against the CPU engine %.3g > %.3g", label, e, tol_f16);
+        printf("%-40s hidden against the CPU engine %.2e\n", label, e);
+    }
+    cudaFree(d_hidden);
+    free(ids), free(want), free(got);
+}
+
+/* Sequences longer than max_position_embeddings (256 in these configs;
+ * rotary positions do not end there): the GPU engine grows its RoPE tables
+ * before such a forward, dropping its captured graphs, which held the old
+ * tables' address. The long forward fits the workspace of the shape before
+ * it (4 x 250 tokens), so only the tables' growth drops that shape's graph;
+ * it runs again after (recaptured, reading the new tables), each forward
+ * against the CPU engine's. rope_epi: the epilogue forced on, else off. */
+static void past_max_positions(stof_ctx *ctx, stof_ctx *cpu, const char *name, bool rope_epi)
+{
+    char dir[1024], label[96];
+    snprintf(dir, sizeof dir, "%s/families/%s", STOF_TEST_DATA_DIR, name);
+    CHECK(setenv("STOF_ROPE_EPI_ROWS", rope_epi ? "0" : "off", 1) == 0, "setenv failed");
+    stof_model_params mp = stof_model_default_params();
+    mp.tune_cache_off = 1;
+    stof_model *gm = NULL, *cm = NULL;
+    CHECK_OK(stof_model_load(ctx, dir, &mp, &gm));
+    mp.dtype = STOF_F32;
+    CHECK_OK(stof_model_load(cpu, dir, &mp, &cm));
+    if (!gm || !cm) {
+        stof_model_destroy(gm), stof_model_destroy(cm);
+        return;
+    }
+    stof_model_info info;
+    CHECK_OK(stof_model_get_info(gm, &info));
+    const int loaded = enc_gpu_rope_positions(gm->gpu);
+    CHECK(loaded == info.max_positions, "%s: RoPE tables of %d positions at load, want %d", name,
+          loaded, info.max_positions);
+    test_rng r;
+    test_rng_init(&r, test_seed());
+    const char *how = rope_epi ? "rope-epi" : "rope pass";
+    for (int run = 0; run < 2; run++) { /* the second captures a graph */
+        snprintf(label, sizeof label, "%s %s B=4 L=250 #%d", name, how, run);
+        gpu_vs_cpu(gm, cm, &r, 4, 250, info.vocab, info.hidden, label);
+    }
+    CHECK(enc_gpu_graphs_captured(gm->gpu) == 1, "%s: %d graphs captured, want 1", name,
+          enc_gpu_graphs_captured(gm->gpu));
+    const int long_len = info.max_positions + 156; /* 412: 2 x 412 tokens fit 4 x 250 */
+    CHECK(info.max_positions == 256, "%s: max_position_embeddings %d, the test assumes 256", name,
+          info.max_positions);
+    snprintf(label, sizeof label, "%s %s B=2 L=%d", name, how, long_len);
+    gpu_vs_cpu(gm, cm, &r, 2, long_len, info.vocab, info.hidden, label);
+    CHECK(enc_gpu_rope_positions(gm->gpu) >= long_len && enc_gpu_graphs_captured(gm->gpu) == 0,
+          "%s: after a forward of %d positions: tables of %d, %d graphs kept", name, long_len,
+          enc_gpu_rope_positions(gm->gpu), enc_gpu_graphs_captured(gm->gpu));
+    CHECK(enc_gpu_rope_epi_layers(gm->gpu) == (rope_epi ? info.layers : 0),
+          "%s: %d of %d layers took RoPE in the QKV epilogue", name,
+          enc_gpu_rope_epi_layers(gm->gpu), info.layers);
+    for (int run = 0; run < 2; run++) {
+        snprintf(label, sizeof label, "%s %s B=4 L=250 again #%d", name, how, run);
+        gpu_vs_cpu(gm, cm, &r, 4, 250, info.vocab, info.hidden, label);
+    }
+    stof_model_destroy(gm);
+    stof_model_destroy(cm);
+}
+
 int main(void)
 {
     test_require_gpu("test_model_golden_gpu");
@@ -219,8 +315,18 @@ int main(void)
             if (cases[i].rope && (!only || strcmp(only, cases[i].name) == 0))
                 for (int dt = 0; dt < 2; dt++)
                     run_case(ctx, &cases[i], dt ? STOF_BF16 : STOF_F16, spec, true);
-        unsetenv("STOF_ROPE_EPI_ROWS");
     }
+    stof_ctx_params cp = stof_ctx_default_params();
+    cp.device = STOF_DEVICE_CPU;
+    stof_ctx *cpu = NULL;
+    CHECK_OK(stof_ctx_create(&cp, &cpu));
+    static const char *const long_cases[] = {"llama_hd32", "modernbert_hd32"};
+    for (size_t i = 0; ctx && cpu && i < sizeof long_cases / sizeof long_cases[0]; i++)
+        if (!only || strcmp(only, long_cases[i]) == 0)
+            for (int epi = 0; epi < (fuse_sm90_available(ctx) ? 2 : 1); epi++)
+                past_max_positions(ctx, cpu, long_cases[i], epi == 1);
+    unsetenv("STOF_ROPE_EPI_ROWS");
+    stof_ctx_destroy(cpu);
     stof_mask_spec_destroy(spec);
     stof_ctx_destroy(ctx);
     return test_finish("test_model_golden_gpu");

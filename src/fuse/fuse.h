@@ -334,7 +334,7 @@ fuse_config fuse_config_sm90_rope(int64_t m, int n, int k, int head_dim, int rot
 /* Rows from which the rule-based plan of a RoPE layer on a Hopper runs its
  * QKV projection on gemm_sm90 with the rotation in the epilogue rather than
  * cuBLASLt + fuse_rope (the engine's default; STOF_ROPE_EPI_ROWS overrides
- * it). */
+ * it: a row count, 0 for always, "off" for never). */
 #define FUSE_SM90_ROPE_ROWS 4096
 /* Number of cached cuBLASLt plans (for tests). */
 int fuse_lt_cached_plans(const stof_ctx *ctx);

@@ -120,6 +120,8 @@ int64_t enc_gpu_launched_ahead(const enc_gpu *g);
 /* Layers of the last forward enqueued by host code (not a graph replay) whose
  * QKV GEMM turned q and k in its epilogue (for tests). */
 int enc_gpu_rope_epi_layers(const enc_gpu *g);
+/* Positions the RoPE tables cover (0: none yet, or no RoPE; for tests). */
+int enc_gpu_rope_positions(const enc_gpu *g);
 /* B * L up to which a batch of device inputs computes B * L rows (graphs_gpu.c). */
 #define ENC_FIXED_ROWS 128
 

@@ -488,3 +488,8 @@ int enc_gpu_rope_epi_layers(const enc_gpu *g)
 {
     return g ? g->rope_epi_layers : 0;
 }
+
+int enc_gpu_rope_positions(const enc_gpu *g)
+{
+    return g ? g->rope_positions : 0;
+}
