@@ -18,7 +18,7 @@
 
 /* ---------------------------------------------------------------- RoPE */
 
-/* The angles of one inv_freq set, passed by value: the table's build needs
+/* The frequencies of one set, passed by value: the table's build needs
  * no device copy of them. */
 typedef struct rope_freqs {
     float f[FUSE_ROPE_MAX_HALF];
