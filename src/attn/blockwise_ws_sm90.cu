@@ -99,6 +99,10 @@
  * counter per launch). Against cuDNN's SDPA in compare_attention.py's suite
  * B (bench/results/attention-2026-11-26d-h100.json): 0.96-1.02 of its speed
  * on dense and causal at 4096-8192 keys, 0.91 on GQA causal (8, 32, 2048).
+ * At head dim 64 the same kernel (with P V summing the rows) was slower
+ * than blockwise_sm90.cu's settled maxima wherever rows are short or the
+ * mask dense (bench/results/attention-ws-d64-left-out-2026-11-26-h100.txt),
+ * so it serves head dim 128 alone.
  * Bands, ALiBi and the soft cap here rather than on blockwise_sm90.cu:
  * window:4096:0 over 16384 keys 2.00 -> 1.6-1.7 ms, ALiBi causal (1, 32,
  * 8192) 1.34 -> 1.05-1.09, soft cap (4, 16, 4096) 1.68 -> 1.47-1.49.
@@ -132,8 +136,9 @@ static_assert(WS_SMEM >= 4 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 128 + 4 * 16, "
  * 256 = 62464 of the 64512 (168 a thread of 384) that __launch_bounds__(384,
  * 1) leaves. The producer walks the work items (their order, sequence and
  * key range), which at 24 spilled 52 bytes; the consumers' code reaches
- * register 190 whether given 224 or 240, so ptxas -v shows no spill at
- * these. */
+ * register 190 whether given 224 or 240. ptxas -v shows no spill but in the
+ * two all-visible variants with modifiers (48 bytes: ALiBi's absolute
+ * value, as in ws_apply_mods). */
 #define WS_PRODUCER_REGS 40
 #define WS_CONSUMER_REGS 224
 
