@@ -137,8 +137,7 @@ static_assert(WS_SMEM >= 4 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 128 + 4 * 16, "
  * 1) leaves. The producer walks the work items (their order, sequence and
  * key range), which at 24 spilled 52 bytes; the consumers' code reaches
  * register 190 whether given 224 or 240. ptxas -v shows no spill but in the
- * two all-visible variants with modifiers (48 bytes: ALiBi's absolute
- * value, as in ws_apply_mods). */
+ * two all-visible variants with modifiers (48 bytes). */
 #define WS_PRODUCER_REGS 40
 #define WS_CONSUMER_REGS 224
 
