@@ -46,16 +46,19 @@
  * Persistence. With one CTA a work item, a CTA of a short row (causal at
  * 2048 keys walks 1-16 tiles) paid its prologue (barriers, Q, the first K/V
  * tiles) and its output store in the open. Here the ring and its parities
- * run on across a CTA's items (g numbers its tiles), Q has an empty barrier
- * of its own (both consumers arrive once their item's last S is done), and
- * the output is staged in tiles apart from Q: the producer loads the next
- * item's Q and first K/V tiles while the consumers finish the current one's
- * last P V and store its output. Items with nothing to compute (rows past a
- * sequence, no visible key) touch no barrier in any role, and the consumers
- * write their zeros. The two consumers' turns run on across items too: the
- * second hands the turn over after its last P V where the CTA has another
- * live item, so that the first starts that item under the second's
- * epilogue.
+ * run on across a CTA's items (g numbers its tiles), and Q has two buffers,
+ * which items take in turn: the producer loads an item's Q while the one
+ * before it runs, and each consumer stages its output in its half of its
+ * item's own buffer (every S of the item is done by then), which it then
+ * releases for the item after next. Items with nothing to compute (rows
+ * past a sequence, no visible key) touch no barrier in any role, and the
+ * consumers write their zeros. The consumers' turns run on across items
+ * without a break: the turn that issues an item's S_0 also issues the
+ * previous item's last P V, and the previous item's output is stored while
+ * S_0 runs (ws_consume), so that an item costs one turn a tile. (With a
+ * turn of its own for that last P V and the store after it, an item of
+ * 8.5 tiles, the mean of causal (8, 32, 2048), ran about 2 tiles' time
+ * over what its tiles took at 4096 keys.)
  *
  * The items are split statically, in grid.cuh's units (a heavy-first row
  * block with its light mirror; unit u to CTA u mod the grid): each CTA's
@@ -96,6 +99,10 @@
  * counter per launch). Against cuDNN's SDPA in compare_attention.py's suite
  * B (bench/results/attention-2026-11-26d-h100.json): 0.96-1.02 of its speed
  * on dense and causal at 4096-8192 keys, 0.91 on GQA causal (8, 32, 2048).
+ * At head dim 64 the same kernel (with P V summing the rows) was slower
+ * than blockwise_sm90.cu's settled maxima wherever rows are short or the
+ * mask dense (bench/results/attention-ws-d64-left-out-2026-11-26-h100.txt),
+ * so it serves head dim 128 alone.
  * Bands, ALiBi and the soft cap here rather than on blockwise_sm90.cu:
  * window:4096:0 over 16384 keys 2.00 -> 1.6-1.7 ms, ALiBi causal (1, 32,
  * 8192) 1.34 -> 1.05-1.09, soft cap (4, 16, 4096) 1.68 -> 1.47-1.49.
@@ -118,8 +125,8 @@
 #define WS_KV_BLOCK (WS_BLOCK_N * 128) /* one 64-element column block of a K/V tile */
 #define WS_KV_TILE (WS_BLOCK_N * WS_D * 2)
 #define WS_CONSUMERS 256 /* threads of the two consumer warpgroups */
-/* Q, the output staging tiles, two K and two V stages, eleven mbarriers
- * (88 bytes of 128), the consumers' modifiers (4 x 16 bytes of 128); 1024
+/* Two Q buffers (which also stage the output), two K and two V stages,
+ * thirteen mbarriers (104 bytes of 128), the consumers' modifiers (4 x 16 bytes of 128); 1024
  * bytes of slack to align the base: 197888 bytes, select.h's figure, which
  * the selector checks against the device. */
 #define WS_SMEM ATTN_WS_SMEM_BYTES
@@ -129,8 +136,8 @@ static_assert(WS_SMEM >= 4 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 128 + 4 * 16, "
  * 256 = 62464 of the 64512 (168 a thread of 384) that __launch_bounds__(384,
  * 1) leaves. The producer walks the work items (their order, sequence and
  * key range), which at 24 spilled 52 bytes; the consumers' code reaches
- * register 190 whether given 224 or 240, so ptxas -v shows no spill at
- * these. */
+ * register 190 whether given 224 or 240. ptxas -v shows no spill but in the
+ * two all-visible variants with modifiers (48 bytes). */
 #define WS_PRODUCER_REGS 40
 #define WS_CONSUMER_REGS 224
 
@@ -296,13 +303,14 @@ static __device__ __forceinline__ int ws_opaque_one(void)
     return x;
 }
 
-/* Shared memory: Q (one 64-row tile per consumer), the consumers' output
- * staging tiles (apart from Q, so that the next item's Q may land while this
- * item's output leaves), two K and two V stages, and the mbarriers. */
+/* Shared memory: two Q buffers (items alternate between them; a buffer
+ * holds one 64-row tile per consumer, and stages that consumer's output of
+ * its item once the item's last S is done), two K and two V stages, and the
+ * mbarriers. */
 typedef struct ws_layout {
-    uint32_t q, o, k, v;
-    uint32_t q_full;  /* Q landed */
-    uint32_t q_empty; /* Q read by both consumers (their last S issued and done) */
+    uint32_t q, k, v;
+    uint32_t q_full;  /* [2] Q buffer landed */
+    uint32_t q_empty; /* [2] Q buffer free: both consumers stored their output from it */
     uint32_t k_full;  /* [2] K stage landed */
     uint32_t k_empty; /* [2] K stage read by both consumers */
     uint32_t v_full;  /* [2] V stage landed (tail rows zeroed) */
@@ -319,17 +327,16 @@ static __device__ __forceinline__ ws_layout ws_layout_of(void)
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     ws_layout sm;
     sm.q = base;
-    sm.o = sm.q + 2 * WS_Q_TILE;
-    sm.k = sm.o + 2 * WS_Q_TILE;
+    sm.k = sm.q + 4 * WS_Q_TILE;
     sm.v = sm.k + 2 * WS_KV_TILE;
     const uint32_t bars = sm.v + 2 * WS_KV_TILE;
     sm.q_full = bars;
-    sm.k_full = bars + 8;
-    sm.k_empty = bars + 24;
-    sm.v_full = bars + 40;
-    sm.v_empty = bars + 56;
-    sm.v_raw = bars + 72;
-    sm.q_empty = bars + 80;
+    sm.q_empty = bars + 16;
+    sm.k_full = bars + 32;
+    sm.k_empty = bars + 48;
+    sm.v_full = bars + 64;
+    sm.v_empty = bars + 80;
+    sm.v_raw = bars + 96;
     sm.mods = bars + 128;
     return sm;
 }
@@ -408,20 +415,6 @@ static __device__ __forceinline__ bool ws_item_live(const ws_item *w)
     return w->n > 0 && w->row0 < w->s.len_q;
 }
 
-/* Whether the CTA has a live item after its t-th. */
-template <int MASK>
-static __device__ __forceinline__ bool ws_live_after(const attn_launch &a, int t, int row_blocks,
-                                                     int units)
-{
-    int lin;
-    for (int next = t + 1; ws_walk(a, next, row_blocks, units, &lin); next++) {
-        if (lin < 0) continue;
-        const ws_item w = ws_item_of<MASK>(&a, lin, row_blocks);
-        if (ws_item_live(&w)) return true;
-    }
-    return false;
-}
-
 /* The producer warp: for each live item, Q once both consumers are done
  * with the previous item's, then its K and V tiles through the ring. g
  * numbers the CTA's tiles across items, so that the ring's stages and
@@ -448,14 +441,17 @@ static __device__ __forceinline__ void ws_produce(const attn_launch &a, const CU
         if (!ws_item_live(&w)) continue;
         const int kv_y = w.s.k_row0, kv_h = w.s.kv_head, kv_w = a.cu_k ? 0 : w.b;
         if (lane == 0) {
-            if (live > 0) mbar_wait(sm.q_empty, (live - 1) & 1);
-            mbar_arrive_expect_tx(sm.q_full, 2 * WS_Q_TILE);
+            /* Buffer qb's previous item (live - 2) stored by both consumers. */
+            const int qb = live & 1;
+            const uint32_t q_full = sm.q_full + 8 * qb, q_dst = sm.q + qb * 2 * WS_Q_TILE;
+            if (live >= 2) mbar_wait(sm.q_empty + 8 * qb, ((live >> 1) + 1) & 1);
+            mbar_arrive_expect_tx(q_full, 2 * WS_Q_TILE);
             const int q_w = a.cu_q ? 0 : w.b;
 #pragma unroll
             for (int c = 0; c < 2; c++)
 #pragma unroll
                 for (int cb = 0; cb < 2; cb++)
-                    tma_load_4d(sm.q + c * WS_Q_TILE + cb * SM90_BLOCK_BYTES, q_map, sm.q_full,
+                    tma_load_4d(q_dst + c * WS_Q_TILE + cb * SM90_BLOCK_BYTES, q_map, q_full,
                                 cb * 64, w.s.q_row0 + w.row0 + c * 64, w.h, q_w);
         }
         for (int i = 0; i < w.n; i++, g++) {
@@ -493,9 +489,38 @@ static __device__ __forceinline__ void ws_produce(const attn_launch &a, const CU
     }
 }
 
+/* The end of an item for one consumer: its output, normalised by the row
+ * sums l, staged in the consumer's half of the item's own Q buffer (every S
+ * of the item is done: the next item's Q lies in the other buffer) and
+ * written out; then that buffer is released to the producer, for the item
+ * after next. The staging writes and reads are generic-proxy accesses that
+ * the next TMA write to the buffer must follow (hence the fence). */
+template <int BF16>
+static __device__ __forceinline__ void ws_finish(const float (&o)[64], const float (&l)[2],
+                                                 const ws_layout &sm, int buf, int c,
+                                                 const attn_seq &s, const attn_launch &a,
+                                                 int row_w)
+{
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const float lsum[2] = {quad_sum(l[0]), quad_sum(l[1])};
+    store_output<WS_D, BF16>(o, lsum, sm.q + buf * 2 * WS_Q_TILE + c * WS_Q_TILE, &s, &a, row_w,
+                             warp * 16, lane);
+    fence_proxy_async();
+    mbar_arrive(sm.q_empty + 8 * buf);
+}
+
 /* Consumer warpgroup c (0 or 1): rows 64c.. of each live item, zeros for
  * the empty ones. g0 numbers the item's first tile among the CTA's (the
- * producer's g). */
+ * producer's g).
+ *
+ * The products run in turns (pingpong_wait/pass): a turn issues S_i and
+ * P_{i-1} V_{i-1}. Items follow one another without a break in that
+ * rhythm: the turn that issues an item's S_0 also issues the previous
+ * item's last P V, and the previous item's output is normalised and stored
+ * while S_0 runs (ws_finish), so that an item costs as many turns as it has
+ * tiles, and its epilogue and first softmax hide under the other
+ * warpgroup's turn like any other tile's softmax. The CTA's last item's
+ * last P V takes a turn of its own. */
 template <int BF16, int MASK, int MODS>
 static __device__ __forceinline__ void ws_consume(const attn_launch &a)
 {
@@ -506,11 +531,20 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
     const uint64_t q_desc = opaque(sw128_desc(sm.q + c * WS_Q_TILE, 16, 1024));
     const uint64_t k_desc = opaque(sw128_desc(sm.k, 16, 1024));
     const uint64_t v_desc = opaque(sw128_desc(sm.v, WS_KV_BLOCK, 1024));
-    const uint32_t o_tile = sm.o + c * WS_Q_TILE;
     /* With modifiers the scores leave them as natural units over |scale|,
      * signs applied, so that nothing is negated. */
     const bool negate = !MODS && a.scale_log2 < 0.0f;
     const float scale = fabsf(a.scale_log2);
+    float o[64], sc[64], m[2], l[2] = {0.0f, 0.0f}, alpha[2], sum[2];
+    uint32_t p[8][4];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        o[i] = 0.0f;
+    /* The item whose last P V is still to be issued, if any: its sequence,
+     * its warp's first row, its Q buffer and its last V stage. */
+    bool pending = false;
+    attn_seq ps;
+    int p_row_w = 0, p_buf = 0, p_g = 0;
     int g0 = 0, live = 0;
     int lin;
     for (int t = 0; ws_walk(a, t, row_blocks, units, &lin); t++) {
@@ -522,7 +556,7 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
                                                 (int)threadIdx.x - 128);
             continue;
         }
-        const int n = w.n, kbeg = w.kbeg;
+        const int n = w.n, kbeg = w.kbeg, buf = live & 1;
         /* The last visible key of the thread's rows g and g + 8, and the
          * least of the warpgroup's (a tile past it needs no mask); for a
          * band also the first visible key, and the greatest of the
@@ -549,7 +583,7 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
         const ws_mods *mods = (const ws_mods *)NULL;
         if constexpr (MODS) {
             extern __shared__ __align__(1024) unsigned char smem_raw[];
-            const uint32_t at = sm.mods + (uint32_t)(c * 2 + (live & 1)) * sizeof(ws_mods);
+            const uint32_t at = sm.mods + (uint32_t)(c * 2 + buf) * sizeof(ws_mods);
             ws_mods *mine = (ws_mods *)(smem_raw + (at - smem_addr(smem_raw)));
             if ((threadIdx.x & 127) == 0)
                 *mine = ws_mods_of(attn_mod_setup(&a, &w.s, w.b, w.h, NULL, 1,
@@ -561,9 +595,6 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
                 named_bar_sync<4, 128>();
             mods = mine;
         }
-
-        float o[64], sc[64], m[2] = {-INFINITY, -INFINITY}, l[2], alpha[2], sum[2];
-        uint32_t p[8][4];
         /* The modifiers of the tile from key0, rows g and g + 8. */
         auto modify = [&](int key0) {
             if constexpr (MODS)
@@ -574,28 +605,43 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
         auto mask_before = [&](int key0) {
             if (MASK == WS_MASK_BAND && key0 < lo_wg) ws_mask_before(sc, key0, lo, tq);
         };
-#pragma unroll
-        for (int i = 0; i < 64; i++)
-            o[i] = sc[i] = 0.0f;
 
-        /* The second consumer lets the first issue first, once: from then
-         * on the turn passes on from item to item (below). */
+        /* The second consumer lets the first take the first turn. */
         if (c == 1 && live == 0) pingpong_pass<WS_CONSUMERS>(c);
-        const bool more = c == 1 && ws_live_after<MASK>(a, t, row_blocks, units);
-        mbar_wait(sm.q_full, live & 1);
+        const uint64_t qd = desc_at(q_desc, buf * 2 * WS_Q_TILE);
+        mbar_wait(sm.q_full + 8 * buf, (live >> 1) & 1);
 
-        /* Tile 0: S_0 and its softmax. */
+        /* Tile 0's turn: the previous item's last P V, then S_0; that
+         * item's output leaves while S_0 runs. */
         int st = g0 & 1;
         mbar_wait(sm.k_full + 8 * st, (g0 >> 1) & 1);
-        pingpong_wait<WS_CONSUMERS>(c);
-        wgmma_fence();
-        ws_issue_scores<BF16>(sc, q_desc, desc_at(k_desc, st * WS_KV_TILE));
-        wgmma_commit();
-        pingpong_pass<WS_CONSUMERS>(c);
+        if (pending) {
+            mbar_wait(sm.v_full + 8 * (p_g & 1), (p_g >> 1) & 1);
+            pingpong_wait<WS_CONSUMERS>(c);
+            wgmma_fence();
+            ws_issue_pv<BF16>(o, p, desc_at(v_desc, (p_g & 1) * WS_KV_TILE));
+            wgmma_commit();
+            ws_issue_scores<BF16>(sc, qd, desc_at(k_desc, st * WS_KV_TILE));
+            wgmma_commit();
+            pingpong_pass<WS_CONSUMERS>(c);
+            wgmma_wait<1>(); /* the last P V landed; S_0 may still run */
+            reg_fence(o);
+            mbar_arrive(sm.v_empty + 8 * (p_g & 1));
+            ws_finish<BF16>(o, l, sm, p_buf, c, ps, a, p_row_w);
+#pragma unroll
+            for (int i = 0; i < 64; i++)
+                o[i] = 0.0f;
+        } else {
+            pingpong_wait<WS_CONSUMERS>(c);
+            wgmma_fence();
+            ws_issue_scores<BF16>(sc, qd, desc_at(k_desc, st * WS_KV_TILE));
+            wgmma_commit();
+            pingpong_pass<WS_CONSUMERS>(c);
+        }
         wgmma_wait<0>();
         reg_fence(sc);
         mbar_arrive(sm.k_empty + 8 * st);
-        if (n == 1) mbar_arrive(sm.q_empty);
+        m[0] = m[1] = -INFINITY;
         modify(kbeg);
         ws_sign_and_mask(sc, negate, needs_mask(kbeg), kbeg, lim, tq);
         mask_before(kbeg);
@@ -612,7 +658,7 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
             mbar_wait(sm.v_full + 8 * (st ^ 1), ((g - 1) >> 1) & 1);
             pingpong_wait<WS_CONSUMERS>(c);
             wgmma_fence();
-            ws_issue_scores<BF16>(sc, q_desc, desc_at(k_desc, st * WS_KV_TILE));
+            ws_issue_scores<BF16>(sc, qd, desc_at(k_desc, st * WS_KV_TILE));
             wgmma_commit();
             ws_issue_pv<BF16>(o, p, desc_at(v_desc, (st ^ 1) * WS_KV_TILE));
             wgmma_commit();
@@ -620,7 +666,6 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
             wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
             reg_fence(sc);
             mbar_arrive(sm.k_empty + 8 * st);
-            if (i == n - 1) mbar_arrive(sm.q_empty); /* the item's last S: Q is free */
             if (ws_opaque_one()) {
                 modify(key0);
                 ws_sign_and_mask(sc, negate, needs_mask(key0), key0, lim, tq);
@@ -635,30 +680,27 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
             l[1] = l[1] * alpha[1] + sum[1];
             pack_p<BF16>(p, sc);
         }
-
-        /* The last P V. The second consumer hands the turn over only where
-         * the first will take it, at its next live item's S_0 (so that the
-         * first's next item starts under the second's epilogue); after the
-         * CTA's last it would have no taker. */
-        const int g = g0 + n - 1;
-        st = g & 1;
-        mbar_wait(sm.v_full + 8 * st, (g >> 1) & 1);
-        pingpong_wait<WS_CONSUMERS>(c);
-        wgmma_fence();
-        ws_issue_pv<BF16>(o, p, desc_at(v_desc, st * WS_KV_TILE));
-        wgmma_commit();
-        if (c == 0 || more) pingpong_pass<WS_CONSUMERS>(c);
-        wgmma_wait<0>();
-        reg_fence(o);
-        mbar_arrive(sm.v_empty + 8 * st);
-        /* Each warp stages its own 16 rows: its lanes are done reading the
-         * previous item's before they write this one's. */
-        __syncwarp();
-        float lsum[2] = {quad_sum(l[0]), quad_sum(l[1])};
-        store_output<WS_D, BF16>(o, lsum, o_tile, &w.s, &a, row_w, warp * 16, lane);
+        pending = true;
+        ps = w.s;
+        p_row_w = row_w;
+        p_buf = buf;
+        p_g = g0 + n - 1;
         g0 += n;
         live++;
     }
+    if (!pending) return;
+    /* The CTA's last item's last P V, in a turn of its own; the second
+     * consumer's is the CTA's last turn, which nobody takes over. */
+    mbar_wait(sm.v_full + 8 * (p_g & 1), (p_g >> 1) & 1);
+    pingpong_wait<WS_CONSUMERS>(c);
+    wgmma_fence();
+    ws_issue_pv<BF16>(o, p, desc_at(v_desc, (p_g & 1) * WS_KV_TILE));
+    wgmma_commit();
+    if (c == 0) pingpong_pass<WS_CONSUMERS>(c);
+    wgmma_wait<0>();
+    reg_fence(o);
+    mbar_arrive(sm.v_empty + 8 * (p_g & 1));
+    ws_finish<BF16>(o, l, sm, p_buf, c, ps, a, p_row_w);
 }
 
 /* MASK: WS_MASK_*; MODS: scores go through mods.cuh's modifiers (ALiBi, a
@@ -675,11 +717,11 @@ __global__ void __launch_bounds__(384, 1)
     stof_grid_wait(); /* launched with PDL: the inputs are the previous kernel's outputs */
     const ws_layout sm = ws_layout_of();
     if (threadIdx.x == 0) {
-        mbar_init(sm.q_full, 1);
-        mbar_init(sm.q_empty, WS_CONSUMERS);
         mbar_init(sm.v_raw, 1);
 #pragma unroll
         for (int st = 0; st < 2; st++) {
+            mbar_init(sm.q_full + 8 * st, 1);
+            mbar_init(sm.q_empty + 8 * st, WS_CONSUMERS);
             mbar_init(sm.k_full + 8 * st, 1);
             mbar_init(sm.v_full + 8 * st, 1);
             mbar_init(sm.k_empty + 8 * st, WS_CONSUMERS);

@@ -201,10 +201,15 @@ static __device__ __forceinline__ void exp_tile(float (&s)[N], float scale, cons
  * the factor that carries the old O and sums over (exactly 1 when the maximum
  * did not move), sum this tile's (per-thread partial) row sums when SUMS (the
  * kernel does not need them where P V yields them). A row that has seen nothing
- * visible keeps m = -inf and exponentiates against 0, so it stays exactly 0. */
+ * visible keeps m = -inf and exponentiates against 0, so it stays exactly 0.
+ * head (raw units, >= 0): m becomes a reference up to head above the row's
+ * maximum (the tile's maximum plus head, where that passes the old m), which
+ * gives a settled softmax (blockwise_sm90.cu) that much more room before a
+ * later score sends it back here; P then stays below 2^(-head * scale). */
 template <bool SUMS, int N>
 static __device__ __forceinline__ void softmax_tile(float (&s)[N], float scale, float (&m)[2],
-                                                    float (&alpha)[2], float (&sum)[2])
+                                                    float (&alpha)[2], float (&sum)[2],
+                                                    float head = 0.0f)
 {
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -215,7 +220,7 @@ static __device__ __forceinline__ void softmax_tile(float (&s)[N], float scale, 
     float base[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const float m_new = fmaxf(m[r], quad_max(mx[r]));
+        const float m_new = fmaxf(m[r], quad_max(mx[r]) + head);
         const float b = m_new == -INFINITY ? 0.0f : m_new;
         alpha[r] = exp2_approx((m[r] - b) * scale);
         base[r] = b * scale;

@@ -270,14 +270,116 @@ static __device__ __forceinline__ void tile_fragments(int64_t row0, int col0, in
     }
 }
 
+/*
+ * Output rows in 16-byte pieces. In the accumulator layout a lane holds one
+ * pair of columns (2t, 2t + 1) of each 8-column step of its rows, so that a
+ * plain store writes 4 bytes a lane: a warp's store then touches 8 rows with
+ * 16 bytes each, and the epilogue of a 64 x 256 tile takes 64 of them a
+ * thread. Four steps s of a row, one packed pair a lane (w[s]: step s,
+ * columns 2t, 2t + 1), transposed across the lane's quad (two exchanges of
+ * two words, on lane bits 1 and 0) become lane t's eight contiguous
+ * columns of step t: a quarter of the stores, each writing whole 32-byte
+ * sectors. The same transpose takes a row's 16-byte pieces back to the
+ * accumulator layout (a residual read before the store).
+ */
+static __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4])
+{
+    const int t = threadIdx.x & 3;
+    const bool t2 = t & 2, t1 = t & 1;
+    const uint32_t a0 = __shfl_xor_sync(PTX_FULL_WARP, t2 ? w[0] : w[2], 2);
+    const uint32_t a1 = __shfl_xor_sync(PTX_FULL_WARP, t2 ? w[1] : w[3], 2);
+    if (t2) {
+        w[0] = a0;
+        w[1] = a1;
+    } else {
+        w[2] = a0;
+        w[3] = a1;
+    }
+    const uint32_t b0 = __shfl_xor_sync(PTX_FULL_WARP, t1 ? w[0] : w[1], 1);
+    const uint32_t b1 = __shfl_xor_sync(PTX_FULL_WARP, t1 ? w[2] : w[3], 1);
+    if (t1) {
+        w[0] = b0;
+        w[2] = b1;
+    } else {
+        w[1] = b0;
+        w[3] = b1;
+    }
+}
+
+/* Whether a [m, n] output takes the 16-byte pieces: rows a multiple of 16
+ * bytes apart from a 16-byte aligned base (else the 4-byte stores). */
+template <typename T> static __device__ __forceinline__ bool rows16_ok(const T *y, int n)
+{
+    return n % 8 == 0 && ((uintptr_t)y & 15u) == 0;
+}
+
+/* One row's piece of four 8-column steps: v[s], the thread's pair of step
+ * s (columns 2t, 2t + 1 of it), plus the residual's where RES, to lane t's
+ * 16 bytes at y + at (step t's eight columns), written where ok. Every lane
+ * of the warp takes part (the exchanges), ok or not. */
+template <typename T, bool RES>
+static __device__ __forceinline__ void store_piece(T *y, const T *residual, int64_t at, bool ok,
+                                                   const float2 (&v)[4])
+{
+    constexpr int BF16 = ptx_bf16<T>;
+    uint32_t w[4];
+    if constexpr (RES) {
+        uint4 q = make_uint4(0u, 0u, 0u, 0u);
+        if (ok) q = *reinterpret_cast<const uint4 *>(residual + at);
+        uint32_t r[4] = {q.x, q.y, q.z, q.w};
+        quad_transpose(r);
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const float2 f = unpack2<BF16>(r[s]);
+            w[s] = pack2<BF16>(v[s].x + f.x, v[s].y + f.y);
+        }
+    } else {
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+            w[s] = pack2<BF16>(v[s].x, v[s].y);
+    }
+    quad_transpose(w);
+    if (ok) *reinterpret_cast<uint4 *>(y + at) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 /* y = act(acc + bias) (+ residual where RES) for the warpgroup's tile
- * fragments (tile_fragments). residual may be y: each element is read by the
- * thread that then writes it. */
-template <typename T, int BN, int ACT, bool RES>
+ * fragments: in 16-byte pieces (store_piece) where PIECES and the rows
+ * allow, else by pairs (tile_fragments). PIECES: the configuration has the
+ * registers (one CTA an SM; in the two-CTA one, 96 a thread, the pieces
+ * spilled 330 bytes). residual may be y: each element is read by the thread
+ * that then writes it. */
+template <typename T, int BN, int ACT, bool RES, bool PIECES>
 static __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], const T *bias,
                                                   const T *residual, T *y, int64_t row0, int col0,
                                                   int64_t m, int n)
 {
+    if (PIECES && rows16_ok(y, n) && (!RES || rows16_ok(residual, n))) {
+        const int lane = threadIdx.x & 31, t = lane & 3;
+        const int64_t r_lo = row0 + ((threadIdx.x >> 5) & 3) * 16 + (lane >> 2);
+#pragma unroll
+        for (int j0 = 0; j0 < BN / 8; j0 += 4) {
+            float2 b[4];
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const int col = col0 + 8 * (j0 + s) + 2 * t;
+                b[s] = bias && col < n ? load2(bias + col) : make_float2(0.f, 0.f);
+            }
+            const int col = col0 + 8 * (j0 + t); /* lane t's piece; n % 8 == 0 */
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float2 v[4];
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    const int e = 4 * (j0 + s) + 2 * r;
+                    v[s] = make_float2(act_apply(acc[e] + b[s].x, ACT),
+                                       act_apply(acc[e + 1] + b[s].y, ACT));
+                }
+                const int64_t row = r_lo + 8 * r;
+                store_piece<T, RES>(y, residual, row * n + col, row < m && col < n, v);
+            }
+        }
+        return;
+    }
     tile_fragments<BN>(row0, col0, m, n,
                        [&](int col, int64_t lo, int64_t hi, bool lo_ok, bool hi_ok, int j) {
                            const float2 b = bias ? load2(bias + col) : make_float2(0.f, 0.f);
@@ -298,8 +400,10 @@ static __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], co
  * fragments, w's rows in the GLU layout of fuse.h (FUSE_GLU_BLOCK 8): the
  * 8-column steps 2q and 2q + 1 are a's and b's of the same 8 units, so each
  * thread's pairs d[8q], d[8q+1] (a) and d[8q+4], d[8q+5] (b) make two
- * adjacent outputs of its row, and likewise d[8q+2..] for the row 8 below. */
-template <typename T, int BN, int ACT>
+ * adjacent outputs of its row, and likewise d[8q+2..] for the row 8 below:
+ * step q of an output half as wide, in 16-byte pieces where PIECES and its
+ * rows allow (store_piece, store_tile), else by pairs. */
+template <typename T, int BN, int ACT, bool PIECES>
 static __device__ __forceinline__ void store_tile_glu(const float (&acc)[BN / 2], const T *bias,
                                                       T *y, int64_t row0, int col0, int64_t m,
                                                       int n)
@@ -307,8 +411,36 @@ static __device__ __forceinline__ void store_tile_glu(const float (&acc)[BN / 2]
     static_assert(FUSE_GLU_BLOCK == 8, "a GLU block is one 8-column step");
     const int lane = threadIdx.x & 31;
     const int64_t r_lo = fragment_row(row0);
+    const int half = n / 2, t = lane & 3, t2 = 2 * t;
+    if (PIECES && BN % 64 == 0 && rows16_ok(y, half)) {
+#pragma unroll
+        for (int q0 = 0; q0 < BN / 16; q0 += 4) {
+            float2 ba[4], bb[4];
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const int col = col0 + 16 * (q0 + s) + t2; /* a's column; b's is 8 on */
+                const bool in = bias && col < n;           /* n % 16 == 0: b's is inside too */
+                ba[s] = in ? load2(bias + col) : make_float2(0.f, 0.f);
+                bb[s] = in ? load2(bias + col + 8) : make_float2(0.f, 0.f);
+            }
+            const int col = col0 / 2 + 8 * (q0 + t); /* lane t's piece of the output */
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float2 v[4];
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    const int e = 8 * (q0 + s) + 2 * r;
+                    v[s] = make_float2(glu_apply(acc[e] + ba[s].x, acc[e + 4] + bb[s].x, ACT),
+                                       glu_apply(acc[e + 1] + ba[s].y, acc[e + 5] + bb[s].y, ACT));
+                }
+                const int64_t row = r_lo + 8 * r;
+                store_piece<T, false>(y, (const T *)NULL, row * half + col, row < m && col < half,
+                                      v);
+            }
+        }
+        return;
+    }
     const bool lo_ok = r_lo < m, hi_ok = r_lo + 8 < m;
-    const int half = n / 2, t2 = 2 * (lane & 3);
     const int64_t lo = r_lo * half + col0 / 2 + t2, hi = lo + 8 * (int64_t)half;
 #pragma unroll
     for (int q = 0; q < BN / 16; q++) {
@@ -328,15 +460,15 @@ static __device__ __forceinline__ void store_tile_glu(const float (&acc)[BN / 2]
 
 /* The epilogue of a tile: the activation a template argument, the GLU or
  * (act none) the residual where asked for. */
-template <typename T, int BN, bool GLU>
+template <typename T, int BN, bool GLU, bool PIECES>
 static __device__ __forceinline__ void store_act(const float (&acc)[BN / 2], int act, const T *bias,
                                                  T *y, int64_t row0, int col0, int64_t m, int n)
 {
 #define SM90_STORE(A)                                                                              \
     if constexpr (GLU)                                                                             \
-        store_tile_glu<T, BN, A>(acc, bias, y, row0, col0, m, n);                                  \
+        store_tile_glu<T, BN, A, PIECES>(acc, bias, y, row0, col0, m, n);                          \
     else                                                                                           \
-        store_tile<T, BN, A, false>(acc, bias, NULL, y, row0, col0, m, n);
+        store_tile<T, BN, A, false, PIECES>(acc, bias, NULL, y, row0, col0, m, n);
     switch (act) {
     case ACT_GELU: SM90_STORE(ACT_GELU) break;
     case ACT_GELU_TANH: SM90_STORE(ACT_GELU_TANH) break;
@@ -365,7 +497,7 @@ static __device__ __forceinline__ void rope_rows(const fuse_rope_epi &rope, int6
  * the thread's two rows (rope_rows) in fp32 (rope_epi.cuh), then stored (a
  * tile of v's columns only takes the plain epilogue). The host checked that
  * the tile holds whole heads (fuse_rope_epi_fits). */
-template <typename T, int BN>
+template <typename T, int BN, bool PIECES>
 static __device__ __forceinline__ void
 store_tile_rope(float (&acc)[BN / 2], const T *bias, T *y, int64_t row0, int col0, int64_t m, int n,
                 const fuse_rope_epi &rope, unsigned row_lo, unsigned row_hi)
@@ -385,7 +517,7 @@ store_tile_rope(float (&acc)[BN / 2], const T *bias, T *y, int64_t row0, int col
     }
     FUSE_ROPE_EPI_SHAPES(SM90_ROPE)
 #undef SM90_ROPE
-    store_tile<T, BN, ACT_NONE, false>(acc, (const T *)NULL, NULL, y, row0, col0, m, n);
+    store_tile<T, BN, ACT_NONE, false, PIECES>(acc, (const T *)NULL, NULL, y, row0, col0, m, n);
 }
 
 /* parts[r, c] = acc for the warpgroup's tile fragments of an fp32 [m, n]
@@ -394,14 +526,11 @@ template <int BN>
 static __device__ __forceinline__ void store_tile_f32(const float (&acc)[BN / 2], float *parts,
                                                       int64_t row0, int col0, int64_t m, int n)
 {
-    tile_fragments<BN>(row0, col0, m, n,
-                       [&](int col, int64_t lo, int64_t hi, bool lo_ok, bool hi_ok, int j) {
-                           if (lo_ok)
-                               *(float2 *)(parts + lo) = make_float2(acc[4 * j], acc[4 * j + 1]);
-                           if (hi_ok)
-                               *(float2 *)(parts + hi) =
-                                   make_float2(acc[4 * j + 2], acc[4 * j + 3]);
-                       });
+    tile_fragments<BN>(
+        row0, col0, m, n, [&](int col, int64_t lo, int64_t hi, bool lo_ok, bool hi_ok, int j) {
+            if (lo_ok) *(float2 *)(parts + lo) = make_float2(acc[4 * j], acc[4 * j + 1]);
+            if (hi_ok) *(float2 *)(parts + hi) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+        });
 }
 
 /* The CTA's first work item from item on (steps of gridDim.x) whose row
@@ -445,6 +574,7 @@ __global__ void __launch_bounds__(sm90_traits<BM, BN, WM, WN, STAGES>::THREADS,
                      const int32_t *__restrict__ live, const fuse_rope_epi rope)
 {
     typedef sm90_traits<BM, BN, WM, WN, STAGES> G;
+    constexpr bool PIECES = G::CTAS_PER_SM == 1; /* store_tile's 16-byte pieces */
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     /* The slack in G::SMEM lets the base round up to 1024 bytes. */
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -489,8 +619,7 @@ __global__ void __launch_bounds__(sm90_traits<BM, BN, WM, WN, STAGES>::THREADS,
             early = min(ktiles, STAGES);
             for (int kt = 0; kt < early; kt++) {
                 mbar_arrive_expect_tx(full + 8 * kt, G::STAGE_BYTES);
-                tma_load_2d(b_ring + kt * G::B_BYTES, &map_w, full + 8 * kt, k0 + kt * 64,
-                            tn * BN);
+                tma_load_2d(b_ring + kt * G::B_BYTES, &map_w, full + 8 * kt, k0 + kt * 64, tn * BN);
             }
         }
         stof_grid_wait();
@@ -509,8 +638,7 @@ __global__ void __launch_bounds__(sm90_traits<BM, BN, WM, WN, STAGES>::THREADS,
                     mbar_arrive_expect_tx(full + 8 * stage, G::STAGE_BYTES);
                     tma_load_2d(a_ring + stage * G::A_BYTES, &map_x, full + 8 * stage, kc,
                                 tm * G::BM);
-                    tma_load_2d(b_ring + stage * G::B_BYTES, &map_w, full + 8 * stage, kc,
-                                tn * BN);
+                    tma_load_2d(b_ring + stage * G::B_BYTES, &map_w, full + 8 * stage, kc, tn * BN);
                 }
                 if (++stage == STAGES) {
                     stage = 0;
@@ -607,15 +735,16 @@ __global__ void __launch_bounds__(sm90_traits<BM, BN, WM, WN, STAGES>::THREADS,
                 store_tile_f32<BN>(acc[i], parts + (int64_t)(item / tiles) * m * n, row0, col0, m,
                                    n);
             else if (glu)
-                store_act<T, BN, true>(acc[i], act, bias, y, row0, col0, m, n);
+                store_act<T, BN, true, PIECES>(acc[i], act, bias, y, row0, col0, m, n);
             else if (rope_tile_here) {
                 if (G::MW > 1) rope_rows(rope, row0, m, rope_at);
-                store_tile_rope<T, BN>(acc[i], bias, y, row0, col0, m, n, rope, rope_at[0],
-                                       rope_at[1]);
+                store_tile_rope<T, BN, PIECES>(acc[i], bias, y, row0, col0, m, n, rope, rope_at[0],
+                                               rope_at[1]);
             } else if (residual)
-                store_tile<T, BN, ACT_NONE, true>(acc[i], bias, residual, y, row0, col0, m, n);
+                store_tile<T, BN, ACT_NONE, true, PIECES>(acc[i], bias, residual, y, row0, col0, m,
+                                                          n);
             else
-                store_act<T, BN, false>(acc[i], act, bias, y, row0, col0, m, n);
+                store_act<T, BN, false, PIECES>(acc[i], act, bias, y, row0, col0, m, n);
         }
     }
 }
@@ -675,8 +804,8 @@ static stof_status launch_gemm_sm90(stof_ctx *ctx, const fuse_linear_args *a, in
     fuse_rope_epi rope = a->rope;
     void *args[] = {&map_x, &map_w, &bias,    &residual, &y,     &m,    &n,   &k,
                     &act,   &glu,   &w_ready, &kslice,   &parts, &live, &rope};
-    return STOF_CUDA(stof_launch_pdl(true, (const void *)kernel, dim3(grid), dim3(G::THREADS),
-                                     args, G::SMEM, (cudaStream_t)ctx->stream));
+    return STOF_CUDA(stof_launch_pdl(true, (const void *)kernel, dim3(grid), dim3(G::THREADS), args,
+                                     G::SMEM, (cudaStream_t)ctx->stream));
 }
 
 template <typename T>
