@@ -75,9 +75,15 @@
  * 0.77 of cuBLAS's rate with erff in its GLU epilogue (vec.cuh says why that
  * epilogue held it back): the ping-pong tiles in 2-CTA clusters with the w
  * tile multicast, 3-9% slower than unclustered (Nsight Compute had found the
- * L2 32% busy: operand traffic is not what this kernel lacks); and RoPE in
- * this epilogue for the QKV projection, with sincosf per pair, slower than
- * cuBLASLt plus the separate pass.
+ * L2 32% busy: operand traffic is not what this kernel lacks).
+ *
+ * The epilogue writes 16-byte pieces of its rows (store_piece): with 4-byte
+ * stores a plain [23923 x 768] x [768 x 2304] GEMM took 0.2045 ms against
+ * cuBLASLt's 0.1189, with the pieces 0.1415; the GLU epilogue, half as wide,
+ * went from 0.1477 to 0.1428 ms (bench/results/fuse-pieces-2026-11-26-h100.txt).
+ * Only then did RoPE in the QKV epilogue pay: 0.1409 ms against 0.1731 for
+ * cuBLASLt and the separate pass (0.2031 before the pieces, and slower still
+ * with a sincosf per pair before the (cos, sin) table).
  *
  * Two more epilogues: a residual added after the bias (act none; the
  * pre-norm layers' x = x + a w^T + b, residual and y the same buffer, each
