@@ -97,8 +97,10 @@
  * the prologue it hides where rows are short, which the static split's
  * 3% imbalance at (8, 32, 2048) spends again (a dynamic scheduler needs a
  * counter per launch). Against cuDNN's SDPA in compare_attention.py's suite
- * B (bench/results/attention-2026-11-26d-h100.json): 0.96-1.02 of its speed
- * on dense and causal at 4096-8192 keys, 0.91 on GQA causal (8, 32, 2048).
+ * B (bench/results/attention-2026-11-26e-h100.json): 0.94-1.03 of its speed
+ * on dense and causal at 4096-8192 keys (causal (1, 32, 8192) read 0.94 there
+ * and 1.01 in another run of the same code), 0.94 on GQA causal (8, 32,
+ * 2048), where it read 0.91 before the items were pipelined.
  * At head dim 64 the same kernel (with P V summing the rows) was slower
  * than blockwise_sm90.cu's settled maxima wherever rows are short or the
  * mask dense (bench/results/attention-ws-d64-left-out-2026-11-26-h100.txt),
