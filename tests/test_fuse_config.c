@@ -555,8 +555,7 @@ static void test_argument_checks(void)
 
     /* row kernels */
     void *x = P(0x1000000), *y = P(0x7000000), *g = P(0x5000000), *b = P(0x6000000);
-    CHECK_STATUS(fuse_bias_act(ctx, STOF_F32, 4, 8, x, NULL, ACT_RELU, y),
-                 STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(fuse_bias_act(ctx, STOF_F32, 4, 8, x, NULL, ACT_RELU, y), STOF_ERR_INVALID_ARG);
     CHECK_STATUS(fuse_bias_act(ctx, STOF_F16, 4, 12, x, NULL, ACT_RELU, y), STOF_ERR_SHAPE);
     CHECK_STATUS(fuse_bias_act(ctx, STOF_F16, 4, 8, x, NULL, ACT_RELU, P(0x1000010)),
                  STOF_ERR_INVALID_ARG);

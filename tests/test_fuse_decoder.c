@@ -14,6 +14,7 @@
  */
 #include "cpu/cpu_ref.h"
 #include "fuse/fuse.h"
+#include "fuse_dev.h"
 #include "testlib.h"
 
 #include <cuda_runtime_api.h>
@@ -21,40 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-double fuse_test_rel_err(const void *out, stof_dtype dtype, const float *ref, int64_t n,
-                         int64_t cols);
-const char *fuse_test_rel_err_detail(void);
-void *fuse_test_alloc(size_t bytes);
-void fuse_test_poison(void *dev, size_t bytes);
-void fuse_test_put_bytes(void *dev, const void *host, size_t bytes);
-void *fuse_test_upload(const float *host, int64_t n, stof_dtype dtype);
-void fuse_test_get(float *host, const void *dev, int64_t n, stof_dtype dtype);
-float *fuse_test_host(int64_t n);
-float *fuse_test_grid(test_rng *r, int64_t n, float lo, float hi);
-
 static const stof_dtype dtypes[] = {STOF_F16, STOF_BF16};
-
-static double tolerance(stof_dtype dt)
-{
-    return dt == STOF_BF16 ? 1e-2 : 5e-3;
-}
 
 static int32_t *dev_i32(const int32_t *host, int64_t n)
 {
     int32_t *d = fuse_test_alloc((size_t)(n > 0 ? n : 1) * 4);
     fuse_test_put_bytes(d, host, (size_t)n * 4);
     return d;
-}
-
-static void expect_close(const char *label, stof_status st, const void *y, stof_dtype dt,
-                         const float *ref_host, int64_t n, int64_t cols, double tol)
-{
-    CHECK(st == STOF_OK, "%s: %s: %s", label, stof_status_str(st), stof_last_error());
-    if (st != STOF_OK) return;
-    float *ref_dev = fuse_test_upload(ref_host, n, STOF_F32);
-    double e = fuse_test_rel_err(y, dt, ref_dev, n, cols);
-    CHECK(e <= tol, "%s: rel err %.3g > %.1g%s", label, e, tol, fuse_test_rel_err_detail());
-    cudaFree(ref_dev);
 }
 
 /* ---------------------------------------------------------------- norms */
@@ -89,12 +63,13 @@ static void norm_case(stof_ctx *ctx, test_rng *r, stof_dtype dt, fuse_norm_kind 
              with_beta ? " beta" : "", two_out ? " two-out" : "", in_place ? " in-place" : "");
     stof_status st = fuse_norm(ctx, dt, kind, rows, cols, dx, with_res ? dr : NULL,
                                with_gamma ? dg : NULL, with_beta ? db : NULL, eps, dy, sum_out);
-    expect_close(label, st, dy, dt, ref, n, cols, tolerance(dt));
+    fuse_test_expect_close_host(label, st, dy, dt, ref, n, cols, fuse_test_tolerance(dt));
     if (two_out && st == STOF_OK) {
         char l2[220];
         snprintf(l2, sizeof l2, "%s (sum)", label);
         /* the sum of two grid values rounds once */
-        expect_close(l2, STOF_OK, sum_out, dt, sum, n, cols, tolerance(dt));
+        fuse_test_expect_close_host(l2, STOF_OK, sum_out, dt, sum, n, cols,
+                                    fuse_test_tolerance(dt));
     }
     cudaFree(dx), cudaFree(dr), cudaFree(dg), cudaFree(db), cudaFree(dy), cudaFree(ds);
     free(x), free(res), free(g), free(b), free(ref), free(sum);
@@ -197,7 +172,7 @@ static void rope_case(stof_ctx *ctx, test_rng *r, stof_dtype dt, int64_t T, int 
              (long long)T, heads, kv, D, rot_dim, scaling, stof_dtype_name(dt));
     stof_status st = fuse_rope(ctx, dt, dx, T, heads + kv, D, stride, dp, &tab);
     /* the v heads and the unrotated dims must come back as they went in */
-    expect_close(label, st, dx, dt, ref, n, stride, tolerance(dt));
+    fuse_test_expect_close_host(label, st, dx, dt, ref, n, stride, fuse_test_tolerance(dt));
     cudaFree(dx), cudaFree(dp), cudaFree(cs);
     free(x), free(ref), free(pos);
 }
@@ -257,11 +232,11 @@ static void test_rope(stof_ctx *ctx, test_rng *r)
     for (int di = 0; di < 2; di++) {
         stof_dtype dt = dtypes[di];
         rope_case(ctx, r, dt, 1, 1, 1, 32, 32, 0, 10000.f, 16);
-        rope_case(ctx, r, dt, 200, 4, 4, 64, 64, 0, 10000.f, 2048);    /* MHA */
-        rope_case(ctx, r, dt, 333, 8, 2, 64, 64, 2, 500000.f, 8192);   /* GQA, llama3 */
-        rope_case(ctx, r, dt, 77, 12, 12, 64, 32, 0, 10000.f, 512);    /* partial rotation */
+        rope_case(ctx, r, dt, 200, 4, 4, 64, 64, 0, 10000.f, 2048);     /* MHA */
+        rope_case(ctx, r, dt, 333, 8, 2, 64, 64, 2, 500000.f, 8192);    /* GQA, llama3 */
+        rope_case(ctx, r, dt, 77, 12, 12, 64, 32, 0, 10000.f, 512);     /* partial rotation */
         rope_case(ctx, r, dt, 129, 4, 1, 128, 128, 1, 1000000.f, 4096); /* MQA, linear */
-        rope_case(ctx, r, dt, 50, 2, 2, 256, 256, 0, 160000.f, 8192);  /* ModernBERT global */
+        rope_case(ctx, r, dt, 50, 2, 2, 256, 256, 0, 160000.f, 8192);   /* ModernBERT global */
         rope_case(ctx, r, dt, 4097, 3, 1, 96, 96, 0, 10000.f, 16384);
         rope_case(ctx, r, dt, 65, 3, 1, 20, 12, 0, 10000.f, 512); /* unaligned: scalar path */
         rope_case(ctx, r, dt, 9, 70, 10, 64, 64, 0, 10000.f, 64); /* heads past one CTA's threads */
@@ -309,10 +284,10 @@ static void test_glu(stof_ctx *ctx, test_rng *r)
                     fuse_test_poison(dy, (size_t)R * I * 2);
                     char label[160];
                     snprintf(label, sizeof label, "glu %s rows=%lld inter=%d %s",
-                             fuse_act_name(acts[ai]), (long long)R, I,
-                             stof_dtype_name(dtypes[di]));
-                    expect_close(label, fuse_glu(ctx, dtypes[di], R, I, dx, acts[ai], dy), dy,
-                                 dtypes[di], ref, R * I, I, tolerance(dtypes[di]));
+                             fuse_act_name(acts[ai]), (long long)R, I, stof_dtype_name(dtypes[di]));
+                    fuse_test_expect_close_host(
+                        label, fuse_glu(ctx, dtypes[di], R, I, dx, acts[ai], dy), dy, dtypes[di],
+                        ref, R * I, I, fuse_test_tolerance(dtypes[di]));
                     cudaFree(dx), cudaFree(dy);
                     free(x), free(ref);
                 }
@@ -348,10 +323,10 @@ static void test_embed_sum(stof_ctx *ctx, test_rng *r)
                 char label[160];
                 snprintf(label, sizeof label, "embed_sum T=%lld H=%d %s%s", (long long)T, H,
                          stof_dtype_name(dt), with_pos ? " +pos" : "");
-                expect_close(label,
-                             fuse_embed_sum(ctx, dt, dw, V, with_pos ? dpt : NULL, P, H, dids,
-                                            with_pos ? dps : NULL, T, out),
-                             out, dt, ref, T * H, H, dt == STOF_BF16 ? 4e-3 : 1e-3);
+                fuse_test_expect_close_host(label,
+                                            fuse_embed_sum(ctx, dt, dw, V, with_pos ? dpt : NULL, P,
+                                                           H, dids, with_pos ? dps : NULL, T, out),
+                                            out, dt, ref, T * H, H, dt == STOF_BF16 ? 4e-3 : 1e-3);
                 /* an id outside the table: a row of NaN, never a read outside it */
                 ids[0] = V;
                 fuse_test_put_bytes(dids, ids, 4);
@@ -393,8 +368,9 @@ static void test_gather_last(stof_ctx *ctx, test_rng *r)
                 char label[160];
                 snprintf(label, sizeof label, "gather_last B=%d W=%d %s -> %s", B, W,
                          stof_dtype_name(dt), stof_dtype_name(odt));
-                expect_close(label, fuse_gather_last(ctx, dt, dpk, dcu, B, W, T, odt, out), out,
-                             odt, ref, (int64_t)B * W, W, 1e-6);
+                fuse_test_expect_close_host(label,
+                                            fuse_gather_last(ctx, dt, dpk, dcu, B, W, T, odt, out),
+                                            out, odt, ref, (int64_t)B * W, W, 1e-6);
                 cudaFree(dpk), cudaFree(dcu), cudaFree(out);
                 free(lengths), free(cu), free(packed), free(ref);
             }
@@ -407,17 +383,16 @@ static void test_errors(stof_ctx *ctx)
     void *a = fuse_test_alloc(1 << 16), *b = fuse_test_alloc(1 << 16);
     int32_t *pos = fuse_test_alloc(256);
     float *inv = fuse_test_alloc(256);
-    CHECK_STATUS(fuse_norm(ctx, STOF_F16, FUSE_NORM_RMS, 4, 12, a, NULL, NULL, NULL, 1e-6f, b,
-                           NULL),
-                 STOF_ERR_SHAPE);
+    CHECK_STATUS(
+        fuse_norm(ctx, STOF_F16, FUSE_NORM_RMS, 4, 12, a, NULL, NULL, NULL, 1e-6f, b, NULL),
+        STOF_ERR_SHAPE);
     CHECK_STATUS(fuse_norm(ctx, STOF_F16, FUSE_NORM_RMS, 4, 64, a, NULL, NULL, b, 1e-6f, b, NULL),
                  STOF_ERR_INVALID_ARG); /* RMSNorm with a beta */
-    CHECK_STATUS(fuse_norm(ctx, STOF_F16, FUSE_NORM_LAYER, 4, 64, a, NULL, NULL, NULL, 1e-5f, b,
-                           b),
+    CHECK_STATUS(fuse_norm(ctx, STOF_F16, FUSE_NORM_LAYER, 4, 64, a, NULL, NULL, NULL, 1e-5f, b, b),
                  STOF_ERR_INVALID_ARG); /* y is sum_out */
-    CHECK_STATUS(fuse_norm(ctx, STOF_F16, (fuse_norm_kind)5, 4, 64, a, NULL, NULL, NULL, 1e-5f, b,
-                           NULL),
-                 STOF_ERR_INVALID_ARG);
+    CHECK_STATUS(
+        fuse_norm(ctx, STOF_F16, (fuse_norm_kind)5, 4, 64, a, NULL, NULL, NULL, 1e-5f, b, NULL),
+        STOF_ERR_INVALID_ARG);
     const fuse_rope_table tab = {inv, 4, 64}, odd = {inv, 4, 65}, none = {NULL, 4, 64},
                           empty = {inv, 0, 64}, wide = {inv, 4, 128};
     CHECK_STATUS(fuse_rope(ctx, STOF_F16, a, 4, 2, 64, 128, pos, &odd), STOF_ERR_SHAPE);
@@ -441,8 +416,7 @@ static void test_errors(stof_ctx *ctx)
     CHECK_STATUS(fuse_glu(ctx, STOF_F16, 4, 64, a, (stof_act)9, b), STOF_ERR_INVALID_ARG);
     CHECK_STATUS(fuse_glu(ctx, STOF_F16, 4, 64, a, ACT_SILU, (char *)a + 256),
                  STOF_ERR_INVALID_ARG);
-    CHECK_STATUS(fuse_embed_sum(ctx, STOF_F16, a, 0, NULL, 0, 64, pos, NULL, 4, b),
-                 STOF_ERR_SHAPE);
+    CHECK_STATUS(fuse_embed_sum(ctx, STOF_F16, a, 0, NULL, 0, 64, pos, NULL, 4, b), STOF_ERR_SHAPE);
     CHECK_STATUS(fuse_gather_last(ctx, STOF_F16, a, pos, 2, 64, 8, STOF_BF16, b),
                  STOF_ERR_INVALID_ARG);
     cudaFree(a), cudaFree(b), cudaFree(pos), cudaFree(inv);

@@ -15,23 +15,13 @@
  */
 #include "cpu/cpu_ref.h"
 #include "fuse/fuse.h"
+#include "fuse_dev.h"
 #include "testlib.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-double fuse_test_rel_err(const void *out, stof_dtype dtype, const float *ref, int64_t n,
-                         int64_t cols);
-const char *fuse_test_rel_err_detail(void);
-void *fuse_test_alloc(size_t bytes);
-void fuse_test_poison(void *dev, size_t bytes);
-void fuse_test_copy(void *dst, const void *src, size_t bytes);
-void fuse_test_put(void *dev, const float *host, int64_t n, stof_dtype dtype);
-void *fuse_test_upload(const float *host, int64_t n, stof_dtype dtype);
-float *fuse_test_host(int64_t n);
-float *fuse_test_grid(test_rng *r, int64_t n, float lo, float hi);
 
 static const stof_dtype dtypes[] = {STOF_F16, STOF_BF16};
 
@@ -44,11 +34,6 @@ static const struct {
 } shapes[] = {{1, 8, 8},       {7, 24, 40},      {77, 136, 72},
               {333, 200, 264}, {130, 72, 1000},  {1000, 1152, 768},
               {4099, 40, 136}, {2000, 328, 520}, {4099, 520, 72}};
-
-static double tolerance(stof_dtype dt)
-{
-    return dt == STOF_BF16 ? 1e-2 : 5e-3;
-}
 
 /* The choices of a linear + act segment: gemm_bias_act's default (config
  * NONE) and every config, gemm_sm90's where it runs, then cuBLASLt. */
@@ -80,16 +65,6 @@ static void describe(const fuse_choice *c, char *buf, size_t cap)
         snprintf(buf, cap, "gemm_bias_act default");
     else
         fuse_config_format(&c->config, buf, cap);
-}
-
-static void expect_close(const char *label, stof_status st, const void *y, stof_dtype dt,
-                         const float *ref_dev, int64_t n, int64_t cols)
-{
-    CHECK(st == STOF_OK, "%s: %s: %s", label, stof_status_str(st), stof_last_error());
-    if (st != STOF_OK) return;
-    double e = fuse_test_rel_err(y, dt, ref_dev, n, cols);
-    CHECK(e <= tolerance(dt), "%s: rel err %.3g > %.1g%s", label, e, tolerance(dt),
-          fuse_test_rel_err_detail());
 }
 
 /* y = x w^T + bias over m x n outputs, k inputs; the epilogue is the caller's. */
@@ -174,7 +149,7 @@ static void glu_shape(stof_ctx *ctx, fuse_ws ws, test_rng *r, int64_t m, int int
                 snprintf(label, sizeof label, "glu %s%s m=%lld inter=%d k=%d %s [%s]",
                          fuse_act_name(acts[ai]), with_bias ? " +bias" : "", (long long)m, inter, k,
                          stof_dtype_name(dt), what);
-                expect_close(label, st, y, dt, ref_dev, m * inter, inter);
+                fuse_test_expect_close(label, st, y, dt, ref_dev, m * inter, inter, 0.0);
             }
         }
         cudaFree(dx), cudaFree(dw), cudaFree(db);
@@ -220,7 +195,8 @@ static void residual_shape(stof_ctx *ctx, fuse_ws ws, test_rng *r, int64_t m, in
                 snprintf(label, sizeof label, "residual%s m=%lld n=%d k=%d %s [%s]",
                          in_place ? " in place" : "", (long long)m, n, k, stof_dtype_name(dt),
                          what);
-                expect_close(label, fuse_linear_act(ctx, &ch[i], &a, ws), y, dt, ref_dev, m * n, n);
+                fuse_test_expect_close(label, fuse_linear_act(ctx, &ch[i], &a, ws), y, dt, ref_dev,
+                                       m * n, n, 0.0);
             }
         cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dres);
     }
@@ -249,15 +225,9 @@ static void test_refusals(stof_ctx *ctx, fuse_ws ws)
 
 int main(void)
 {
-    test_require_gpu("test_fuse_epilogues");
-    stof_ctx_params p = stof_ctx_default_params();
-    p.device = STOF_DEVICE_GPU;
-    stof_ctx *ctx = NULL;
-    CHECK_OK(stof_ctx_create(&p, &ctx));
+    fuse_ws ws;
+    stof_ctx *ctx = fuse_test_open("test_fuse_epilogues", &ws);
     if (!ctx) return test_finish("test_fuse_epilogues");
-    void *ws_ptr = NULL;
-    CHECK_OK(stof_ctx_workspace(ctx, FUSE_LT_WORKSPACE_BYTES, &ws_ptr));
-    fuse_ws ws = {ws_ptr, FUSE_LT_WORKSPACE_BYTES};
     const bool sm90 = fuse_sm90_available(ctx);
     if (!sm90)
         printf("test_fuse_epilogues: gemm_sm90 skipped: %s is compute capability %d.%d\n",

@@ -23,6 +23,7 @@
  */
 #include "cpu/cpu_ref.h"
 #include "fuse/fuse.h"
+#include "fuse_dev.h"
 #include "testlib.h"
 
 #include <cuda_runtime_api.h>
@@ -30,23 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-double fuse_test_rel_err(const void *out, stof_dtype dtype, const float *ref, int64_t n,
-                         int64_t cols);
-const char *fuse_test_rel_err_detail(void);
-void *fuse_test_alloc(size_t bytes);
-void fuse_test_poison(void *dev, size_t bytes);
-void fuse_test_put_bytes(void *dev, const void *host, size_t bytes);
-void *fuse_test_upload(const float *host, int64_t n, stof_dtype dtype);
-void fuse_test_get(float *host, const void *dev, int64_t n, stof_dtype dtype);
-float *fuse_test_host(int64_t n);
-float *fuse_test_grid(test_rng *r, int64_t n, float lo, float hi);
-
 static const stof_dtype dtypes[] = {STOF_F16, STOF_BF16};
-
-static double tolerance(stof_dtype dt)
-{
-    return dt == STOF_BF16 ? 1e-2 : 5e-3;
-}
 
 /* One QKV projection: m rows of k inputs; heads q heads and kv k and v
  * heads of D dims, the first rot of each q and k head rotating. */
@@ -92,16 +77,6 @@ static fuse_linear_args qkv_args(stof_dtype dt, const rope_case *c, int n, const
     a.y = y;
     a.w_ready = true;
     return a;
-}
-
-static void expect_close(const char *label, stof_status st, const void *y, stof_dtype dt,
-                         const float *ref_dev, int64_t n, int64_t cols)
-{
-    CHECK(st == STOF_OK, "%s: %s: %s", label, stof_status_str(st), stof_last_error());
-    if (st != STOF_OK) return;
-    double e = fuse_test_rel_err(y, dt, ref_dev, n, cols);
-    CHECK(e <= tolerance(dt), "%s: rel err %.3g > %.1g%s", label, e, tolerance(dt),
-          fuse_test_rel_err_detail());
 }
 
 /* The table of inv whose last row is the largest of the m positions (the
@@ -174,7 +149,8 @@ static int run_case(stof_ctx *ctx, fuse_ws ws, test_rng *r, const rope_case *c)
                      (long long)m, c->k, c->heads, c->kv, c->D, c->rot,
                      c->packed ? " packed" : " random-pos", with_bias ? " +bias" : "",
                      stof_dtype_name(dt), name);
-            expect_close(label, fuse_linear_act(ctx, &ch, &a, ws), y, dt, ref_dev, m * n, n);
+            fuse_test_expect_close(label, fuse_linear_act(ctx, &ch, &a, ws), y, dt, ref_dev, m * n,
+                                   n, 0.0);
             carried++;
         }
         /* the separate pass on the same inputs */
@@ -187,7 +163,7 @@ static int run_case(stof_ctx *ctx, fuse_ws ws, test_rng *r, const rope_case *c)
         if (st == STOF_OK) st = fuse_rope(ctx, dt, y, m, c->heads + c->kv, c->D, n, d_pos, &tab);
         snprintf(label, sizeof label, "cuBLASLt + fuse_rope m=%lld D=%d rot=%d %s", (long long)m,
                  c->D, c->rot, stof_dtype_name(dt));
-        expect_close(label, st, y, dt, ref_dev, m * n, n);
+        fuse_test_expect_close(label, st, y, dt, ref_dev, m * n, n, 0.0);
         cudaFree(dx), cudaFree(dw), cudaFree(db);
     }
     cudaFree(d_pos), cudaFree(cs), cudaFree(ref_dev), cudaFree(y);
@@ -328,15 +304,9 @@ static void test_refusals(stof_ctx *ctx, fuse_ws ws, bool sm90)
 
 int main(void)
 {
-    test_require_gpu("test_fuse_rope_epi");
-    stof_ctx_params p = stof_ctx_default_params();
-    p.device = STOF_DEVICE_GPU;
-    stof_ctx *ctx = NULL;
-    CHECK_OK(stof_ctx_create(&p, &ctx));
+    fuse_ws ws;
+    stof_ctx *ctx = fuse_test_open("test_fuse_rope_epi", &ws);
     if (!ctx) return test_finish("test_fuse_rope_epi");
-    void *ws_ptr = NULL;
-    CHECK_OK(stof_ctx_workspace(ctx, FUSE_LT_WORKSPACE_BYTES, &ws_ptr));
-    fuse_ws ws = {ws_ptr, FUSE_LT_WORKSPACE_BYTES};
     const bool sm90 = fuse_sm90_available(ctx);
     test_rng r;
     test_rng_init(&r, test_seed());

@@ -10,6 +10,7 @@
  */
 #include "cpu/cpu_ref.h"
 #include "fuse/fuse.h"
+#include "fuse_dev.h"
 #include "testlib.h"
 
 #include <cuda_runtime_api.h>
@@ -17,25 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-double fuse_test_rel_err(const void *out, stof_dtype dtype, const float *ref, int64_t n,
-                         int64_t cols);
-const char *fuse_test_rel_err_detail(void);
-void *fuse_test_alloc(size_t bytes);
-void fuse_test_fill(void *dev, int byte, size_t bytes);
-void fuse_test_poison(void *dev, size_t bytes);
-void fuse_test_put_bytes(void *dev, const void *host, size_t bytes);
-void fuse_test_put(void *dev, const float *host, int64_t n, stof_dtype dtype);
-void *fuse_test_upload(const float *host, int64_t n, stof_dtype dtype);
-void fuse_test_get(float *host, const void *dev, int64_t n, stof_dtype dtype);
-
 #define EPS 1e-5f
 
 static const stof_dtype dtypes[] = {STOF_F16, STOF_BF16};
-
-static double tolerance(stof_dtype dt)
-{
-    return dt == STOF_BF16 ? 1e-2 : 5e-3;
-}
 
 static float *host_alloc(int64_t n)
 {
@@ -61,17 +46,6 @@ static float *grid_array(test_rng *r, int64_t n, float lo, float hi)
 }
 
 /* y [n / cols, cols] against the host reference. */
-static void expect_close(const char *label, stof_status st, const void *y, stof_dtype dt,
-                         const float *ref_host, int64_t n, int64_t cols, double tol)
-{
-    CHECK(st == STOF_OK, "%s: %s: %s", label, stof_status_str(st), stof_last_error());
-    if (st != STOF_OK) return;
-    float *ref_dev = fuse_test_upload(ref_host, n, STOF_F32);
-    double e = fuse_test_rel_err(y, dt, ref_dev, n, cols);
-    CHECK(e <= tol, "%s: rel err %.3g > %.1g%s", label, e, tol, fuse_test_rel_err_detail());
-    cudaFree(ref_dev);
-}
-
 static void bias_act_case(stof_ctx *ctx, test_rng *r, int64_t m, int n, stof_act act, stof_dtype dt,
                           bool with_bias, bool in_place)
 {
@@ -92,8 +66,9 @@ static void bias_act_case(stof_ctx *ctx, test_rng *r, int64_t m, int n, stof_act
     snprintf(label, sizeof label, "bias_act m=%lld n=%d %s %s%s%s", (long long)m, n,
              fuse_act_name(act), stof_dtype_name(dt), with_bias ? " bias" : "",
              in_place ? " in-place" : "");
-    expect_close(label, fuse_bias_act(ctx, dt, m, n, dx, with_bias ? db : NULL, act, dy), dy, dt,
-                 ref, m * n, n, tolerance(dt));
+    fuse_test_expect_close_host(label,
+                                fuse_bias_act(ctx, dt, m, n, dx, with_bias ? db : NULL, act, dy),
+                                dy, dt, ref, m * n, n, fuse_test_tolerance(dt));
     if (!in_place) cudaFree(dy);
     cudaFree(dx);
     cudaFree(db);
@@ -166,7 +141,8 @@ static void test_layernorm(stof_ctx *ctx, test_rng *r)
                     char label[160];
                     snprintf(label, sizeof label, "layernorm rows=%lld cols=%d %s variant %d",
                              (long long)rows, cols, stof_dtype_name(dt), variant);
-                    expect_close(label, st, dy, dt, ref, n, cols, tolerance(dt));
+                    fuse_test_expect_close_host(label, st, dy, dt, ref, n, cols,
+                                                fuse_test_tolerance(dt));
                     if (variant == 0) cudaFree(dy);
                     void *ptrs[] = {dx, dres, db, dg, dbe};
                     for (int i = 0; i < 5; i++)
@@ -227,10 +203,10 @@ static void test_embeddings(stof_ctx *ctx, test_rng *r)
                 char label[160];
                 snprintf(label, sizeof label, "embeddings T=%lld H=%d %s%s", (long long)T, H,
                          stof_dtype_name(dt), with_types ? " types" : "");
-                expect_close(
+                fuse_test_expect_close_host(
                     label,
                     fuse_embeddings(ctx, dt, &tb, dids, dps, with_types ? dts : NULL, T, out), out,
-                    dt, ref, T * H, H, tolerance(dt));
+                    dt, ref, T * H, H, fuse_test_tolerance(dt));
                 if (T == 7) {
                     /* a bad id gives a NaN row and leaves the others right */
                     ids[3] = vocab;
@@ -410,8 +386,9 @@ static void test_mean_pool(stof_ctx *ctx, test_rng *r)
                     snprintf(label, sizeof label, "mean_pool B=%d W=%d %s -> %s", B, W,
                              stof_dtype_name(dt), stof_dtype_name(odt));
                     /* sums are fp32 either way: only the output rounding differs */
-                    expect_close(label, fuse_mean_pool(ctx, dt, dpk, dcu, B, W, T, odt, dout), dout,
-                                 odt, ref, (int64_t)B * W, W, out_f32 ? 1e-4 : tolerance(dt));
+                    fuse_test_expect_close_host(
+                        label, fuse_mean_pool(ctx, dt, dpk, dcu, B, W, T, odt, dout), dout, odt,
+                        ref, (int64_t)B * W, W, out_f32 ? 1e-4 : fuse_test_tolerance(dt));
                     cudaFree(dpk), cudaFree(dcu), cudaFree(dout);
                     free(lengths), free(cu), free(packed), free(ref);
                 }

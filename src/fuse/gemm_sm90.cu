@@ -288,28 +288,25 @@ static __device__ __forceinline__ void tile_fragments(int64_t row0, int col0, in
  * sectors. The same transpose takes a row's 16-byte pieces back to the
  * accumulator layout (a residual read before the store).
  */
+static __device__ __forceinline__ void quad_exchange(uint32_t &lo0, uint32_t &lo1, uint32_t &hi0,
+                                                     uint32_t &hi1, int bit)
+{
+    const bool up = threadIdx.x & bit; /* sends and takes lo, its partner hi */
+    const uint32_t a = __shfl_xor_sync(PTX_FULL_WARP, up ? lo0 : hi0, bit);
+    const uint32_t b = __shfl_xor_sync(PTX_FULL_WARP, up ? lo1 : hi1, bit);
+    if (up) {
+        lo0 = a;
+        lo1 = b;
+    } else {
+        hi0 = a;
+        hi1 = b;
+    }
+}
+
 static __device__ __forceinline__ void quad_transpose(uint32_t (&w)[4])
 {
-    const int t = threadIdx.x & 3;
-    const bool t2 = t & 2, t1 = t & 1;
-    const uint32_t a0 = __shfl_xor_sync(PTX_FULL_WARP, t2 ? w[0] : w[2], 2);
-    const uint32_t a1 = __shfl_xor_sync(PTX_FULL_WARP, t2 ? w[1] : w[3], 2);
-    if (t2) {
-        w[0] = a0;
-        w[1] = a1;
-    } else {
-        w[2] = a0;
-        w[3] = a1;
-    }
-    const uint32_t b0 = __shfl_xor_sync(PTX_FULL_WARP, t1 ? w[0] : w[1], 1);
-    const uint32_t b1 = __shfl_xor_sync(PTX_FULL_WARP, t1 ? w[2] : w[3], 1);
-    if (t1) {
-        w[0] = b0;
-        w[2] = b1;
-    } else {
-        w[1] = b0;
-        w[3] = b1;
-    }
+    quad_exchange(w[0], w[1], w[2], w[3], 2);
+    quad_exchange(w[0], w[2], w[1], w[3], 1);
 }
 
 /* Whether a [m, n] output takes the 16-byte pieces: rows a multiple of 16
