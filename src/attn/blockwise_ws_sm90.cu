@@ -55,10 +55,10 @@
  * consumers write their zeros. The consumers' turns run on across items
  * without a break: the turn that issues an item's S_0 also issues the
  * previous item's last P V, and the previous item's output is stored while
- * S_0 runs (ws_consume), so that an item costs one turn a tile. (With a
- * turn of its own for that last P V and the store after it, an item of
- * 8.5 tiles, the mean of causal (8, 32, 2048), ran about 2 tiles' time
- * over what its tiles took at 4096 keys.)
+ * S_0 runs (ws_consume), so that an item costs one turn a tile. Against
+ * the kernel that gave that last P V a turn of its own and stored after it:
+ * causal 1.4-3.2% faster at 1024-8192 keys, dense unchanged
+ * (bench/results/attention-ws-pipe-2026-11-26-h100.txt).
  *
  * The items are split statically, in grid.cuh's units (a heavy-first row
  * block with its light mirror; unit u to CTA u mod the grid): each CTA's
@@ -520,9 +520,7 @@ static __device__ __forceinline__ void ws_finish(const float (&o)[64], const flo
  * rhythm: the turn that issues an item's S_0 also issues the previous
  * item's last P V, and the previous item's output is normalised and stored
  * while S_0 runs (ws_finish), so that an item costs as many turns as it has
- * tiles, and its epilogue and first softmax hide under the other
- * warpgroup's turn like any other tile's softmax. The CTA's last item's
- * last P V takes a turn of its own. */
+ * tiles. The CTA's last item's last P V takes a turn of its own. */
 template <int BF16, int MASK, int MODS>
 static __device__ __forceinline__ void ws_consume(const attn_launch &a)
 {
