@@ -57,7 +57,7 @@
  * previous item's last P V, and the previous item's output is stored while
  * S_0 runs (ws_consume), so that an item costs one turn a tile. Against
  * the kernel that gave that last P V a turn of its own and stored after it:
- * causal 1.4-3.2% faster at 1024-8192 keys, dense unchanged
+ * causal 0.9-3.2% faster at 1024-8192 keys, dense unchanged
  * (bench/results/attention-ws-pipe-2026-11-26-h100.txt).
  *
  * The items are split statically, in grid.cuh's units (a heavy-first row
