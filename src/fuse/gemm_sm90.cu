@@ -79,8 +79,10 @@
  *
  * The epilogue writes 16-byte pieces of its rows (store_piece): with 4-byte
  * stores a plain [23923 x 768] x [768 x 2304] GEMM took 0.2045 ms against
- * cuBLASLt's 0.1189, with the pieces 0.1415; the GLU epilogue, half as wide,
- * went from 0.1477 to 0.1428 ms (bench/results/fuse-pieces-2026-11-26-h100.txt).
+ * cuBLASLt's 0.1189 (0.58 of its rate), with the pieces 0.1415 against 0.1192
+ * (0.84); the GLU epilogue, half as wide, went from 0.85 of cuBLASLt to 0.87
+ * (bench/results/fuse-pieces-2026-11-26-h100.txt; each figure against the
+ * cuBLASLt GEMM timed in its own run).
  * Only then did RoPE in the QKV epilogue pay: 0.1409 ms against 0.1731 for
  * cuBLASLt and the separate pass (0.2031 before the pieces, and slower still
  * with a sincosf per pair before the (cos, sin) table).
