@@ -426,7 +426,7 @@ static void test_ws_rule(void)
               attn_mods_class(STOF_BIAS_T5, 0.0f) == ATTN_MODS_TABLE &&
               attn_mods_class(STOF_BIAS_TENSOR, 30.0f) == ATTN_MODS_TABLE,
           "attn_mods_class");
-    /* Q and output staging (4 x 16 KB), K and V stages (4 x 32 KB), alignment,
+    /* Two Q buffers (4 x 16 KB), K and V stages (4 x 32 KB), alignment,
      * mbarriers and modifiers: within the 227 KB an sm_90 block may opt in to. */
     CHECK(ATTN_WS_SMEM_BYTES == 65536 + 131072 + 1024 + 256 && ATTN_WS_SMEM_BYTES <= 232448,
           "ws smem %d", ATTN_WS_SMEM_BYTES);
