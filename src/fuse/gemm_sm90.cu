@@ -359,8 +359,8 @@ static __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], co
                                                   int64_t m, int n)
 {
     if (PIECES && rows16_ok(y, n) && (!RES || rows16_ok(residual, n))) {
-        const int lane = threadIdx.x & 31, t = lane & 3;
-        const int64_t r_lo = row0 + ((threadIdx.x >> 5) & 3) * 16 + (lane >> 2);
+        const int t = threadIdx.x & 3;
+        const int64_t r_lo = fragment_row(row0);
 #pragma unroll
         for (int j0 = 0; j0 < BN / 8; j0 += 4) {
             float2 b[4];
