@@ -25,10 +25,10 @@ stof_status fuse_check_width(int64_t n, int64_t max, const char *name, const cha
 stof_status fuse_check_rows(int64_t m, const char *name, const char *what);
 stof_status fuse_check_act(stof_act act, const char *what);
 stof_status fuse_check_eps(float eps, const char *what);
-/* An index array: non-NULL and 4-byte aligned. */
 /* A RoPE table (fuse_rope_table) that covers rot_dim rotating dims of heads
  * of head_dim. */
 stof_status fuse_check_rope_table(const fuse_rope_table *t, int head_dim, const char *what);
+/* An index array: non-NULL and 4-byte aligned. */
 stof_status fuse_check_index_ptr(const void *p, const char *name, const char *what);
 /* An output of bytes that may be the input in exactly (in-place), or elsewhere. */
 stof_status fuse_check_in_place(const void *in, const void *out, size_t bytes,
