@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 double fuse_test_rel_err(const void *out, stof_dtype dtype, const float *ref, int64_t n,
                          int64_t cols);
@@ -58,6 +59,37 @@ static inline void fuse_test_expect_close_host(const char *label, stof_status st
     float *ref_dev = fuse_test_upload(ref_host, n, STOF_F32);
     fuse_test_expect_close(label, st, y, dt, ref_dev, n, cols, tol);
     cudaFree(ref_dev);
+}
+
+/* y = x w^T + bias over m x n outputs, k inputs; the epilogue is the caller's. */
+static inline fuse_linear_args fuse_test_linear_args(stof_dtype dt, int64_t m, int n, int k,
+                                                     const void *x, const void *w, const void *bias,
+                                                     void *y)
+{
+    fuse_linear_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = dt;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.x = x;
+    a.w = w;
+    a.bias = bias;
+    a.y = y;
+    return a;
+}
+
+/* The RoPE table of inv (host, rot_dim / 2 frequencies) over positions
+ * positions, built into a block poisoned first; *cs the block to free. */
+static inline fuse_rope_table fuse_test_rope_table(stof_ctx *ctx, const float *inv, int rot_dim,
+                                                   int positions, float **cs)
+{
+    fuse_rope_table t;
+    memset(&t, 0, sizeof t);
+    *cs = (float *)fuse_test_alloc(fuse_rope_table_bytes(positions, rot_dim));
+    fuse_test_poison(*cs, fuse_rope_table_bytes(positions, rot_dim));
+    CHECK_OK(fuse_rope_table_build(ctx, inv, rot_dim, positions, *cs, &t));
+    return t;
 }
 
 /* The test's GPU context and the cuBLASLt workspace in *ws; NULL where the

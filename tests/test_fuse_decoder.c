@@ -97,19 +97,6 @@ static void test_norms(stof_ctx *ctx, test_rng *r)
 
 /* ---------------------------------------------------------------- RoPE */
 
-/* The table of inv (host) over positions positions on the device; cs the
- * block to free. */
-static fuse_rope_table rope_table(stof_ctx *ctx, const float *inv, int rot_dim, int positions,
-                                  float **cs)
-{
-    fuse_rope_table t;
-    memset(&t, 0, sizeof t);
-    *cs = fuse_test_alloc(fuse_rope_table_bytes(positions, rot_dim));
-    fuse_test_poison(*cs, fuse_rope_table_bytes(positions, rot_dim));
-    CHECK_OK(fuse_rope_table_build(ctx, inv, rot_dim, positions, *cs, &t));
-    return t;
-}
-
 /* The table itself: each entry against cos and sin in double of the same
  * fp32 angle (float)p * inv[i] (a full-precision sincosf is within 2 ulp),
  * and the NaN row past the last position. */
@@ -119,7 +106,7 @@ static void rope_table_case(stof_ctx *ctx, int rot_dim, int scaling, float theta
     float inv[256];
     cpu_rope_freqs(theta, rot_dim, scaling, 8.f, 1.f, 4.f, 8192, inv);
     float *cs = NULL;
-    fuse_rope_table t = rope_table(ctx, inv, rot_dim, positions, &cs);
+    fuse_rope_table t = fuse_test_rope_table(ctx, inv, rot_dim, positions, &cs);
     CHECK(t.cs == cs && t.positions == positions && t.rot_dim == rot_dim,
           "rope table: described as %p %d %d", (const void *)t.cs, t.positions, t.rot_dim);
     const int64_t n = (int64_t)(positions + 1) * half * 2;
@@ -166,7 +153,7 @@ static void rope_case(stof_ctx *ctx, test_rng *r, stof_dtype dt, int64_t T, int 
     void *dx = fuse_test_upload(x, n, dt);
     int32_t *dp = dev_i32(pos, T);
     float *cs = NULL;
-    const fuse_rope_table tab = rope_table(ctx, inv, rot_dim, max_pos, &cs);
+    const fuse_rope_table tab = fuse_test_rope_table(ctx, inv, rot_dim, max_pos, &cs);
     char label[200];
     snprintf(label, sizeof label, "rope T=%lld heads=%d kv=%d D=%d rot=%d scaling=%d %s",
              (long long)T, heads, kv, D, rot_dim, scaling, stof_dtype_name(dt));
@@ -201,7 +188,7 @@ static void rope_outside_case(stof_ctx *ctx, test_rng *r, stof_dtype dt, int D, 
     void *dx = fuse_test_upload(x, n, dt);
     int32_t *dp = dev_i32(pos, T);
     float *cs = NULL;
-    const fuse_rope_table tab = rope_table(ctx, inv, rot_dim, P, &cs);
+    const fuse_rope_table tab = fuse_test_rope_table(ctx, inv, rot_dim, P, &cs);
     CHECK_OK(fuse_rope(ctx, dt, dx, T, heads + kv, D, stride, dp, &tab));
     fuse_test_get(y, dx, n, dt);
     int wrong = 0;

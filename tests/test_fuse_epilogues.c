@@ -67,23 +67,6 @@ static void describe(const fuse_choice *c, char *buf, size_t cap)
         fuse_config_format(&c->config, buf, cap);
 }
 
-/* y = x w^T + bias over m x n outputs, k inputs; the epilogue is the caller's. */
-static fuse_linear_args linear(stof_dtype dt, int64_t m, int n, int k, const void *x, const void *w,
-                               const void *bias, void *y)
-{
-    fuse_linear_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = dt;
-    a.m = m;
-    a.n = n;
-    a.k = k;
-    a.x = x;
-    a.w = w;
-    a.bias = bias;
-    a.y = y;
-    return a;
-}
-
 /* host floats -> 16-bit values of dtype, for fuse_glu_upload */
 static void *to_dtype(const float *x, int64_t n, stof_dtype dt)
 {
@@ -130,7 +113,8 @@ static void glu_shape(stof_ctx *ctx, fuse_ws ws, test_rng *r, int64_t m, int int
             cpu_glu(with_bias ? g : g_plain, ref, m, inter, acts[ai]);
             fuse_test_put(ref_dev, ref, m * inter, STOF_F32);
             for (int i = 0; i < nch; i++) {
-                fuse_linear_args a = linear(dt, m, n, k, dx, dw, with_bias ? db : NULL, y);
+                fuse_linear_args a =
+                    fuse_test_linear_args(dt, m, n, k, dx, dw, with_bias ? db : NULL, y);
                 a.w_ready = i % 2 == 1;
                 fuse_test_poison(y, (size_t)m * inter * 2);
                 stof_status st;
@@ -181,7 +165,7 @@ static void residual_shape(stof_ctx *ctx, fuse_ws ws, test_rng *r, int64_t m, in
         void *db = fuse_test_upload(b, n, dt), *dres = fuse_test_upload(res, m * n, dt);
         for (int i = 0; i < nch; i++)
             for (int in_place = 0; in_place < 2; in_place++) {
-                fuse_linear_args a = linear(dt, m, n, k, dx, dw, db, y);
+                fuse_linear_args a = fuse_test_linear_args(dt, m, n, k, dx, dw, db, y);
                 a.w_ready = true;
                 if (in_place) { /* y holds the residual and receives the sum */
                     fuse_test_copy(y, dres, (size_t)m * n * 2);
@@ -210,7 +194,7 @@ static void test_refusals(stof_ctx *ctx, fuse_ws ws)
 {
     void *x = fuse_test_alloc(64 * 64 * 2), *w = fuse_test_alloc(64 * 64 * 2);
     void *y = fuse_test_alloc(64 * 64 * 2);
-    fuse_linear_args a = linear(STOF_F16, 64, 64, 64, x, w, NULL, y);
+    fuse_linear_args a = fuse_test_linear_args(STOF_F16, 64, 64, 64, x, w, NULL, y);
     a.glu = true;
     fuse_choice lt = {FUSE_PATH_CUBLASLT, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0};
     fuse_choice st = {FUSE_PATH_STOF, {FUSE_TPL_NONE, 0, 0, 0, 0, 0, 0}, 0, 0};

@@ -65,16 +65,7 @@ static void fill_positions(test_rng *r, int32_t *pos, int64_t m, bool packed)
 static fuse_linear_args qkv_args(stof_dtype dt, const rope_case *c, int n, const void *x,
                                  const void *w, const void *b, void *y)
 {
-    fuse_linear_args a;
-    memset(&a, 0, sizeof a);
-    a.dtype = dt;
-    a.m = c->m;
-    a.n = n;
-    a.k = c->k;
-    a.x = x;
-    a.w = w;
-    a.bias = b;
-    a.y = y;
+    fuse_linear_args a = fuse_test_linear_args(dt, c->m, n, c->k, x, w, b, y);
     a.w_ready = true;
     return a;
 }
@@ -87,12 +78,7 @@ static fuse_rope_table table_to_last(stof_ctx *ctx, const float *inv, int rot, c
     int32_t last = 0;
     for (int64_t i = 0; i < m; i++)
         last = pos[i] > last ? pos[i] : last;
-    fuse_rope_table t;
-    memset(&t, 0, sizeof t);
-    *cs = fuse_test_alloc(fuse_rope_table_bytes(last + 1, rot));
-    fuse_test_poison(*cs, fuse_rope_table_bytes(last + 1, rot));
-    CHECK_OK(fuse_rope_table_build(ctx, inv, rot, last + 1, *cs, &t));
-    return t;
+    return fuse_test_rope_table(ctx, inv, rot, last + 1, cs);
 }
 
 /* Returns how many configs carried the case. */
@@ -197,9 +183,8 @@ static void outside_case(stof_ctx *ctx, fuse_ws ws, test_rng *r, stof_dtype dt)
     cpu_rope_freqs(c.theta, c.rot, 0, 1.f, 1.f, 4.f, 8192, inv);
     int32_t *d_pos = fuse_test_alloc(sizeof pos);
     fuse_test_put_bytes(d_pos, pos, sizeof pos);
-    float *cs = fuse_test_alloc(fuse_rope_table_bytes(P, c.rot));
-    fuse_rope_table tab;
-    CHECK_OK(fuse_rope_table_build(ctx, inv, c.rot, P, cs, &tab));
+    float *cs = NULL;
+    const fuse_rope_table tab = fuse_test_rope_table(ctx, inv, c.rot, P, &cs);
     void *dx = fuse_test_upload(x, m * c.k, dt), *dw = fuse_test_upload(w, (int64_t)n * c.k, dt);
     void *y = fuse_test_alloc((size_t)m * n * 2);
     fuse_choice ch;
