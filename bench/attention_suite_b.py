@@ -9,7 +9,12 @@ causal at (1,32,8192,128) and (8,32,2048,128); Mistral's sliding window 4096
 ALiBi causal at (1,32,8192,128); softcap 50 at (4,16,4096,128).
 
 Every side's output is checked against an fp32 reference on a sample of query
-rows (all heads) before it is timed; a side that fails is not timed. Timed calls
+rows (all heads) before anything is timed; a side that fails is not timed.
+
+Timing: as suite A's, every side that passed its check is timed in one
+round-robin loop (common.EventTimer.round_robin_ms), each call behind the same
+short device sleep, so that the GPU's clock and power drift, which set blocks
+timed one after another 3-8% apart, falls on all sides alike. Timed calls
 rotate over input sets that together exceed 3x the L2 (Case.sets), as suite A's
 do, so that no side finds its q, k and v in L2; a T5 bias tensor given to SDPA
 is one tensor, read every call, as a model's layers would. SDPA takes
@@ -171,7 +176,8 @@ def torch_ones_like(i, j):
 
 def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, problems,
                flex_options=({},), l2_bytes=0):
-    """One suite-B row (None fields: not measured). Each side is run(s) on input set s."""
+    """One suite-B row (None fields: not measured). Each side is run(s) on input set s;
+    the sides that pass their checks are timed together at the end."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     F = torch.nn.functional
     c = Case(torch, dev, spec, args.seed, l2_bytes)
@@ -184,6 +190,7 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
            "sdpa_cudnn_ms": None, "sdpa_efficient_ms": None, "sdpa_bias_ms": None,
            "max_rel_err": None, "flex_max_rel_err": None, "kernel": None, "stof_tflops": None}
     tol = 2e-2
+    timed = {}  # row key -> run(s) of every side that passed its check
 
     def side(label, fn):
         try:
@@ -194,17 +201,19 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
             return None
 
     def checked_time(label, run, key, err_key=None):
+        """run joins the timing as timed[key] if its output matches the reference."""
         out = side(label, lambda: run(0))
         if out is None:
-            return
+            return False
         timer.sync()
         err = side(label + " reference", lambda: c.reference_rows(out))
         if err_key:
             row[err_key] = None if err is None else float(f"{err:.3e}")
         if err is None or not err <= tol:
             problems.append(f"{label}: max_rel_err {err} above {tol}: not timed")
-            return
-        row[key] = side(label + " timing", lambda: timer.device_ms(run, n_sets))
+            return False
+        timed[key] = run
+        return True
 
     # stof
     kwargs = c.stof_kwargs(stof)
@@ -224,10 +233,7 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
     if ch is not None:
         row["kernel"] = f"{ch.kernel} {ch.block_m}x{ch.block_n} w{ch.warps}"
     if c.bias == "t5":
-        row["stof_nobias_ms"] = side("stof without bias", lambda: timer.device_ms(
-            lambda s: stof.attention(*c.sets[s], mask=c.mask), n_sets))
-    if row["stof_ms"]:
-        row["stof_tflops"] = round(c.flops() / (row["stof_ms"] * 1e-3) / 1e12, 1)
+        timed["stof_nobias_ms"] = lambda s: stof.attention(*c.sets[s], mask=c.mask)
 
     # FlexAttention: mask_mod for the mask, score_mod for the bias or cap
     def flex_side():
@@ -290,6 +296,7 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
                                                           enable_gqa=Hkv != H)
             checked_time(f"sdpa {backend.name.lower()}", run, key)
     # The T5 bias materialised as an additive float mask: cuDNN, else efficient.
+    bias_backend = None
     if c.bias == "t5":
         i = torch.arange(L, device=dev)
         bias = c.table[t5_bucket(torch, i[None] - i[:, None], c.mask == "full")]  # [L, L, H]
@@ -300,11 +307,16 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
             def run(s, backend=backend):
                 with sdpa_kernel(backend):
                     return F.scaled_dot_product_attention(*c.sets[s], attn_mask=bias)
-            before = row["sdpa_bias_ms"]
-            checked_time(f"sdpa {backend.name.lower()} + bias", run, "sdpa_bias_ms")
-            if row["sdpa_bias_ms"] is not None and before is None:
-                row["sdpa_bias_backend"] = backend.name.lower()
+            if checked_time(f"sdpa {backend.name.lower()} + bias", run, "sdpa_bias_ms"):
+                bias_backend = backend.name.lower()
                 break
+
+    row.update(side("timing", lambda: timer.device_ms(timed, n_sets, problems)) or {})
+    timed = None
+    if row["stof_ms"]:
+        row["stof_tflops"] = round(c.flops() / (row["stof_ms"] * 1e-3) / 1e12, 1)
+    if row["sdpa_bias_ms"] is not None:
+        row["sdpa_bias_backend"] = bias_backend
     for k, x in list(row.items()):
         if k.endswith("_ms") and x is not None:
             row[k] = round(x, 5)

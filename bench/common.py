@@ -2,11 +2,13 @@
 bench/compare_encoder.py, and through the latter bench/tune_bench.py) share:
 the provenance of a results file (commit, GPU name for its file name), the
 formatting of figures, the set-up of torch.compile for many shapes in one
-process, and the event pairs their timers are built on.
+process, the event pairs their timers are built on, and the round-robin timer
+that times every side of a case in one loop (EventTimer.round_robin_ms).
 """
 
 import math
 import os
+import statistics
 import subprocess
 import time
 import traceback
@@ -76,8 +78,9 @@ class _HostEvent:
 
 class EventTimer:
     """CUDA events on a GPU; on the CPU (a smoke run) the host clock, so that
-    every code path can be exercised without a device. Subclasses time calls
-    with sync() and pairs of events from _pair()."""
+    every code path can be exercised without a device. round_robin_ms times the
+    sides of a comparison; subclasses time other calls with sync() and pairs of
+    events from _pair()."""
 
     def __init__(self, torch, device):
         self.torch = torch
@@ -93,3 +96,53 @@ class EventTimer:
             ev = self.torch.cuda.Event
             return ev(enable_timing=True), ev(enable_timing=True)
         return _HostEvent(), _HostEvent()
+
+    def round_robin_ms(self, sides, n_sets, problems, warmup, iters, budget=None,
+                       sleep_cycles=SLEEP_CYCLES):
+        """{key: median device time of fn(set_index)} for sides = {key: fn}, every
+        side timed in one loop: iteration i calls each side once, each behind the
+        same device sleep and between its own event pair, with the input set
+        rotated (i % n_sets). Timed in blocks one after another, the same kernel
+        read 3-8% apart on an H100 depending on which side ran before it, as the
+        clock and power state drifted between blocks; in one loop the drift falls
+        on every side alike. The starting side rotates every iteration and the
+        order reverses every pass over the sides, so that no side always follows
+        the same one. The iteration count gives the slowest side at most budget
+        seconds of timed calls (at least 10, at most iters; exactly iters with no
+        budget), so the loop takes at most about len(sides) x budget. A side that
+        raises in its warm-up is left out, with a line in problems; an error in
+        the loop itself reaches the caller. Outputs are dropped as they return."""
+        est = {}
+        for key, fn in sides.items():
+            try:
+                for w in range(max(1, warmup)):
+                    fn(w % n_sets)
+                self.sync()
+                t0 = time.perf_counter()
+                for w in range(3):
+                    fn(w % n_sets)
+                self.sync()
+                est[key] = (time.perf_counter() - t0) / 3
+            except Exception as e:  # one side failing must not lose the others
+                problems.append(brief_error(f"{key} timing", e))
+                self.sync()
+        keys = list(est)
+        if not keys:
+            return {}
+        if budget is not None:
+            iters = max(10, min(iters, int(budget / max(max(est.values()), 1e-6))))
+        n = len(keys)
+        pairs = {key: [] for key in keys}
+        for it in range(iters):
+            order = keys if (it // n) % 2 == 0 else keys[::-1]
+            for j in range(n):
+                key = order[(it + j) % n]
+                start, end = self._pair()
+                if self.sleep is not None:
+                    self.sleep(sleep_cycles)
+                start.record()
+                sides[key](it % n_sets)
+                end.record()
+                pairs[key].append((start, end))
+        self.sync()
+        return {key: statistics.median(s.elapsed_time(e) for s, e in pairs[key]) for key in keys}

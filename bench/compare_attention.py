@@ -16,11 +16,17 @@ Every side draws its mask from bench/masks.py; stof's compiled mask is decoded
 and compared with the torch mask, and FlexAttention's output is checked against
 the fp32 reference, before either is timed.
 
-Timing: CUDA events, warm-up, median over many runs, inputs rotated among
-enough sets to exceed the L2 cache. Attention runs are device times: each timed
-call is queued behind a short device sleep so the host's launch overhead stays
-out of every side's figure alike. Mask builds (stof_mask_ms, flex_mask_ms) are
-timed from an idle device, so their host work counts, as it does for a caller.
+Timing: CUDA events, medians, inputs rotated among enough sets to exceed the
+L2 cache. Attention runs are device times: each timed call is queued behind a
+short device sleep so the host's launch overhead stays out of every side's
+figure alike. Within a case every side that passed its check is timed in one
+round-robin loop (common.EventTimer.round_robin_ms): each iteration calls every
+side once, starting from a different side each time. Timed in blocks one after
+another, the same kernel read 3-8% apart on an H100 depending on which side
+ran before it, as the GPU's clock and power state drifted between the blocks;
+in one loop that drift falls on all sides alike. The JSON's "timing" field
+says so. Mask builds (stof_mask_ms, flex_mask_ms) are timed from an idle
+device, so their host work counts, as it does for a caller.
 
 sdpa_cudnn_ms is SDPA's cuDNN backend (FlashAttention-3 class on Hopper) on the
 same terms as sdpa_flash_ms. --suite b runs suite B (decoders and T5, bf16:
@@ -107,34 +113,18 @@ def shapes_of(args):
 # ---------------------------------------------------------------- timing
 
 class Timer(EventTimer):
-    """Median device time of a call over rotated input sets (device_ms), each
-    call queued behind a short device sleep."""
+    """A case's sides timed together in one round-robin loop (device_ms) with
+    the run's --warmup, --iters and --budget; mask builds from an idle device
+    (build_ms)."""
 
     def __init__(self, torch, args, device):
         super().__init__(torch, device)
         self.args = args
 
-    def device_ms(self, fn, n_sets):
-        """Median device time of fn(set_index) over rotated input sets."""
+    def device_ms(self, sides, n_sets, problems):
+        """{key: median device time} of sides = {key: fn(set_index)}."""
         a = self.args
-        for w in range(max(1, a.warmup)):
-            fn(w % n_sets)
-        self.sync()
-        t0 = time.perf_counter()
-        for w in range(3):
-            fn(w % n_sets)
-        self.sync()
-        est = (time.perf_counter() - t0) / 3
-        iters = max(10, min(a.iters, int(a.budget / max(est, 1e-6))))
-        ev = [self._pair() for _ in range(iters)]
-        for it, (start, end) in enumerate(ev):
-            if self.sleep is not None:
-                self.sleep(SLEEP_CYCLES)
-            start.record()
-            fn(it % n_sets)
-            end.record()
-        self.sync()
-        return statistics.median(s.elapsed_time(e) for s, e in ev)
+        return self.round_robin_ms(sides, n_sets, problems, a.warmup, a.iters, a.budget)
 
     def build_ms(self, build, release=None):
         """Median time of build() from an idle device (host work included);
@@ -214,11 +204,13 @@ def check_same_mask(cm, dense, bm):
 
 # ---------------------------------------------------------------- one case
 
-def run_flex(torch, flex, create_block_mask, timer, dev, bm, dense, sets, tol, row, problems):
-    """FlexAttention's side of a case, into row. Its output on the first input
-    set is checked against the fp32 reference before anything is timed, so it is
-    never timed on another mask than stof's. A failed compile (Triton out of
-    shared memory, say) is retried with the next FLEX_OPTIONS entry."""
+def run_flex(torch, flex, create_block_mask, timer, dev, bm, dense, sets, tol, row, problems,
+             timed):
+    """FlexAttention's side of a case: its checks and mask build time into row,
+    its call into timed["flex_ms"] once its output on the first input set
+    matched the fp32 reference, so it is never timed on another mask than
+    stof's. A failed compile (Triton out of shared memory, say) is retried with
+    the next FLEX_OPTIONS entry."""
     L = bm.length
     block_mask, make = None, None
     if bm.name != "dense":
@@ -244,7 +236,7 @@ def run_flex(torch, flex, create_block_mask, timer, dev, bm, dense, sets, tol, r
             problems.append(f"flex: output differs from the reference (max_rel_err {err:.3e}): "
                             f"not timed")
             return
-        row["flex_ms"] = timer.device_ms(call, len(sets))
+        timed["flex_ms"] = call
         if make is not None:
             row["flex_mask_ms"] = timer.build_ms(make)
         return
@@ -264,6 +256,7 @@ def run_case(torch, stof, flex, timer, dev, shape, name, args, l2_bytes, skip):
     sets = input_sets(torch, shape, dev, l2_bytes, args.seed + L + D)
     n_sets = len(sets)
     problems = []
+    timed = {}  # row key -> fn(set index) of every side that passed its check
 
     def side(label, fn):
         try:
@@ -296,46 +289,49 @@ def run_case(torch, stof, flex, timer, dev, shape, name, args, l2_bytes, skip):
             if ch is not None:
                 row["kernel"] = f"{ch.kernel} {ch.block_m}x{ch.block_n}" + (
                     f" w{ch.warps}" if ch.warps else "") + (f" /{ch.split}" if ch.split > 1 else "")
-            row["stof_ms"] = side("stof timing", lambda: timer.device_ms(
-                lambda s: stof.attention(*sets[s], mask=cm), n_sets))
+            timed["stof_ms"] = lambda s: stof.attention(*sets[s], mask=cm)
             row["stof_mask_ms"] = side("stof mask timing", lambda: timer.build_ms(
                 lambda: spec.compile(B, H, L, L, lengths=lens, device=dev, head_dim=D), lambda c: c.close()))
-    if cm is not None:
-        cm.close()
 
     # FlexAttention
     if "flex" not in skip:
         side("flex", lambda: run_flex(torch, flex, create_block_mask, timer, dev, bm, dense, sets,
-                                      args.tol, row, problems))
+                                      args.tol, row, problems, timed))
 
-    # SDPA, flash, mask ignored
-    def flash():
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return timer.device_ms(
-                lambda s: F.scaled_dot_product_attention(*sets[s], is_causal=bm.is_causal), n_sets)
-    row["sdpa_flash_ms"] = side("sdpa flash", flash)
+    def sdpa(backend, **kw):
+        """An SDPA side on one backend, run once before it joins the timing."""
+        def run(s):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(*sets[s], **kw)
+        run(0)
+        timer.sync()
+        return run
 
-    # SDPA, cuDNN, mask ignored (the FlashAttention-3 class anchor)
-    def cudnn():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return timer.device_ms(
-                lambda s: F.scaled_dot_product_attention(*sets[s], is_causal=bm.is_causal), n_sets)
-    row["sdpa_cudnn_ms"] = side("sdpa cudnn", cudnn)
+    # SDPA, mask ignored: flash, and cuDNN (the FlashAttention-3 class anchor)
+    for key, label, backend in (("sdpa_flash_ms", "sdpa flash", SDPBackend.FLASH_ATTENTION),
+                                ("sdpa_cudnn_ms", "sdpa cudnn", SDPBackend.CUDNN_ATTENTION)):
+        run = side(label, lambda: sdpa(backend, is_causal=bm.is_causal))
+        if run is not None:
+            timed[key] = run
 
     # SDPA with the boolean mask
     if name != "dense" and "sdpa_mask" not in skip:
         def with_mask():
             for backend in (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
                 try:
-                    with sdpa_kernel(backend):
-                        return timer.device_ms(lambda s: F.scaled_dot_product_attention(
-                            *sets[s], attn_mask=dense), n_sets)
+                    return sdpa(backend, attn_mask=dense)
                 except RuntimeError:
                     timer.sync()
                     if timer.cuda:
                         torch.cuda.empty_cache()
             raise RuntimeError("no SDPA backend takes this boolean mask")
-        row["sdpa_mask_ms"] = side("sdpa mask", with_mask)
+        run = side("sdpa mask", with_mask)
+        if run is not None:
+            timed["sdpa_mask_ms"] = run
+
+    row.update(side("timing", lambda: timer.device_ms(timed, n_sets, problems)) or {})
+    if cm is not None:
+        cm.close()
 
     for k in ("stof_ms", "stof_mask_ms", "flex_ms", "flex_mask_ms", "sdpa_flash_ms",
               "sdpa_cudnn_ms", "sdpa_mask_ms"):
@@ -345,7 +341,7 @@ def run_case(torch, stof, flex, timer, dev, shape, name, args, l2_bytes, skip):
         row["max_rel_err"] = float(f"{row['max_rel_err']:.3e}")
     failed = (not stof_ok or row["stof_ms"] is None or row["max_rel_err"] is None or
               not row["max_rel_err"] <= args.tol)
-    sets = dense = None  # free this case's memory before the next
+    timed = sets = dense = None  # free this case's memory before the next
     if timer.cuda:
         torch.cuda.empty_cache()
     return row, problems, failed
@@ -534,6 +530,8 @@ def main(argv=None):
     result = {"device": device_name, "date": date, "commit": git_commit(),
               "command": "python3 " + shlex.join(sys.argv if argv is None else
                                                  ["bench/compare_attention.py", *argv]),
+              "timing": {"method": "round-robin",  # the kernel times' (module docstring)
+                         "sleep_cycles": SLEEP_CYCLES if timer.sleep is not None else 0},
               "cases": cases, "summary": summary}
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as f:

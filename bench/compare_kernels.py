@@ -7,17 +7,18 @@ block-wise ones: sequences of a handful of queries, and the sparsest long masks
 (a single visible key per row, one 64 x 64 tile per row, a small window, a few
 global tokens). Prints one line per case: the selector's pick and each kernel's
 median device time (CUDA events, each call queued behind a device sleep long
-enough to cover the host's enqueue), so that a pick that is not the fastest
-shows. Every kernel's output is checked in the same run against an fp32
-reference of the first batch entry (the mask decoded from the compiled tiles);
-a kernel off by more than --tol fails the run.
+enough to cover the host's enqueue; a case's kernels timed round-robin in one
+loop, so that clock drift between them falls on all alike), so that a pick that
+is not the fastest shows. Every kernel's output is checked in the same run
+against an fp32 reference of the first batch entry (the mask decoded from the
+compiled tiles) before any is timed; a kernel off by more than --tol fails the
+run.
 
     STOF_LIBRARY=build-gpu/libstof.so PYTHONPATH=python python3 bench/compare_kernels.py
 """
 import argparse
 import math
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -59,21 +60,6 @@ def cases(quick):
     return out
 
 
-class Timer(EventTimer):
-    def median_ms(self, fn, iters):
-        for _ in range(3):
-            fn()
-        self.sync()
-        pairs = [self._pair() for _ in range(iters)]
-        for start, end in pairs:
-            self.sleep(SLEEP_CYCLES)
-            start.record()
-            fn()
-            end.record()
-        self.sync()
-        return statistics.median(s.elapsed_time(e) for s, e in pairs)
-
-
 def reference(torch, q, k, v, plane):
     """fp32 attention of batch entry 0 under a decoded [L, L] 0/1 plane; rows that
     see nothing give zeros, as stof's kernels do."""
@@ -94,7 +80,7 @@ def main(argv=None):
         print("compare_kernels: skipped: no CUDA device")
         return 0
     dev = torch.device("cuda")
-    timer = Timer(torch, dev)
+    timer = EventTimer(torch, dev)
     gen = torch.Generator(device=dev).manual_seed(7)
     print(f"# {torch.cuda.get_device_name(dev)}, fp16, H={args.heads}, median of {args.iters} "
           f"runs, us; * marks the fastest")
@@ -108,7 +94,7 @@ def main(argv=None):
                                            head_dim=d, lengths=lens)
         pick = stof.attention_select(q, mask=cm)
         ref = reference(torch, q, k, v, cm.decode(0, 0)) if length <= 4096 else None
-        times = {}
+        runs = {}
         for kern in KERNELS:
             try:
                 out = stof.attention(q, k, v, mask=cm, kernel=kern)
@@ -120,12 +106,16 @@ def main(argv=None):
                 if err > args.tol:
                     print(f"FAIL {name} L={length} D={d} {kern}: max_rel_err {err:.2e}")
                     return 1
-            times[kern] = timer.median_ms(lambda: stof.attention(q, k, v, mask=cm, kernel=kern),
-                                          args.iters) * 1e3
-        best = min(times, key=times.get)
+            runs[kern] = lambda s, kern=kern: stof.attention(q, k, v, mask=cm, kernel=kern)
+        problems = []
+        times = {kern: ms * 1e3 for kern, ms in timer.round_robin_ms(
+            runs, 1, problems, 3, args.iters, sleep_cycles=SLEEP_CYCLES).items()}
+        best = min(times, key=times.get, default=None)
         cells = " ".join(f"{k}={t:.1f}{'*' if k == best else ''}" for k, t in times.items())
         print(f"D={d:3d} B={b:3d} L={length:5d} {name:9s} pick={pick.kernel:14s} {cells}",
               flush=True)
+        for p in problems:
+            print(f"    {p}", flush=True)
     print(f"largest max_rel_err against the fp32 reference: {worst:.2e}")
     return 0
 

@@ -1,13 +1,15 @@
 """test_compare_attention.py — the parts of bench/compare_attention.py that need
 no GPU: the error metric against stof's CPU output, the mask identity check,
 FlexAttention's retry ladder and output check (with a stand-in for the compiled
-kernel: compiling the real one takes minutes here), the summary arithmetic, the
-JSON schema, and the table and chart writers."""
+kernel: compiling the real one takes minutes here), the round-robin timer, the
+summary arithmetic, the JSON schema, and the table and chart writers."""
 
 import json
+import time
 
 import pytest
 
+import common
 import compare_attention as ca
 import masks as bench_masks
 import stof
@@ -137,22 +139,92 @@ def test_arguments_and_names():
 
 def test_cpu_smoke_run_writes_the_schema(tmp_path):
     """The whole script on the CPU (no FlexAttention: compiling it takes minutes
-    here): every side runs, stof is checked, the JSON has exactly the schema."""
+    here): every side runs and is timed, stof is checked, the JSON has exactly
+    the schema."""
     out = tmp_path / "attention.json"
     rc = ca.main(["--device", "cpu", "--shapes", "2,2,128,32", "--masks", "window,bigbird,varlen",
                   "--skip", "flex", "--iters", "10", "--warmup", "1", "--mask-iters", "3",
                   "--out", str(out)])
     assert rc == 0
     result = json.loads(out.read_text())
-    assert list(result) == ["device", "date", "commit", "command", "cases", "summary"]
+    assert list(result) == ["device", "date", "commit", "command", "timing", "cases", "summary"]
+    assert result["timing"] == {"method": "round-robin", "sleep_cycles": 0}  # no device sleep
     assert list(result["summary"]) == SUMMARY
     assert [c["mask"] for c in result["cases"]] == ["window", "bigbird", "varlen"]
     for c in result["cases"]:
         assert list(c) == SCHEMA
         assert c["stof_ms"] > 0 and c["stof_mask_ms"] > 0 and c["max_rel_err"] < 1e-5
+        assert c["sdpa_flash_ms"] > 0 and c["sdpa_mask_ms"] > 0
         assert c["kernel"].startswith("cpu")
         assert c["flex_ms"] is None and c["flex_options"] is None  # skipped
     assert result["command"].startswith("python3 bench/compare_attention.py --device cpu")
+
+
+def test_suite_b_cpu_smoke_run(tmp_path, monkeypatch):
+    """Suite B and A through the script on the CPU, suite B's cases shrunk (the
+    real ones take hours here): every side a CPU has is checked and timed."""
+    import attention_suite_b as sb
+    monkeypatch.setattr(sb, "CASES", [("causal", 2, 4, 4, 128, 32, "causal", None),
+                                      ("gqa causal", 1, 4, 2, 128, 32, "causal", None),
+                                      ("packed docs", 2, 2, 2, 64, 32, "causal", "packed"),
+                                      ("t5 causal", 2, 2, 2, 64, 32, "causal", "t5")])
+    out = tmp_path / "attention.json"
+    rc = ca.main(["--device", "cpu", "--suite", "ab", "--shapes", "1,2,64,64", "--masks",
+                  "causal", "--skip", "flex", "--iters", "10", "--warmup", "1", "--mask-iters",
+                  "3", "--budget", "0.01", "--out", str(out)])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert result["timing"]["method"] == "round-robin"
+    assert list(result["summary"]) == SUMMARY + list(sb.summarize_b([]))
+    b = [c for c in result["cases"] if c["suite"] == "B"]
+    assert [c["case"] for c in b] == ["causal", "gqa causal", "packed docs", "t5 causal"]
+    for c in b:
+        assert c["stof_ms"] > 0 and c["stof_tflops"] is not None and c["max_rel_err"] < 2e-2
+    assert b[0]["sdpa_flash_ms"] > 0 and b[1]["sdpa_flash_ms"] > 0  # GQA through enable_gqa
+    assert b[3]["stof_nobias_ms"] > 0
+    assert [c["mask"] for c in result["cases"] if c["suite"] == "A"] == ["causal"]
+
+
+# ---------------------------------------------------------------- the round-robin timer
+
+def test_round_robin_times_every_side_in_one_loop():
+    """Each iteration calls every side once on set it % n_sets, starting from a
+    different side; the order reverses every pass over the sides."""
+    calls = []
+    sides = {k: (lambda s, k=k: calls.append((k, s))) for k in "abc"}
+    timer = common.EventTimer(torch, torch.device("cpu"))
+    problems = []
+    ms = timer.round_robin_ms(sides, 2, problems, warmup=1, iters=4)
+    assert list(ms) == ["a", "b", "c"] and all(t >= 0 for t in ms.values()) and problems == []
+    loop = calls[-12:]
+    assert [k for k, _ in loop] == list("abc" "bca" "cab" "cba")
+    assert [s for _, s in loop] == [0] * 3 + [1] * 3 + [0] * 3 + [1] * 3
+    assert len(calls) == 12 + 3 * (1 + 3)  # warm-up and estimate: 4 calls a side
+
+
+def test_round_robin_budget_and_failing_side():
+    """The slowest side sets the iteration count (at least 10); a side that raises
+    in its warm-up is left out with a problem line, the others are still timed."""
+    calls = {"fast": 0, "slow": 0}
+
+    def fast(s):
+        calls["fast"] += 1
+
+    def slow(s):
+        calls["slow"] += 1
+        time.sleep(0.002)
+
+    def broken(s):
+        raise RuntimeError("no kernel for this shape")
+    timer = common.EventTimer(torch, torch.device("cpu"))
+    problems = []
+    ms = timer.round_robin_ms({"fast": fast, "broken": broken, "slow": slow}, 1, problems,
+                              warmup=1, iters=1000, budget=0.05)
+    assert list(ms) == ["fast", "slow"] and ms["slow"] >= 2.0
+    assert problems == ["broken timing: RuntimeError: no kernel for this shape"]
+    assert calls["fast"] == calls["slow"]
+    assert 10 + 4 <= calls["slow"] <= 25 + 4  # 0.05 s over >= 2 ms a call, at least 10
+    assert timer.round_robin_ms({"broken": broken}, 1, problems, 1, 10) == {}
 
 
 # ---------------------------------------------------------------- FlexAttention's side
@@ -184,9 +256,12 @@ def flex_case(flex, name="bigbird", B=2, H=2, L=128, D=32):
     bm = bench_masks.make_mask(name, B, L)
     dense = bm.dense_torch(dev)
     sets = ca.input_sets(torch, (B, H, L, D), dev, 1 << 16, 7)
-    row, problems = dict.fromkeys(ca.CASE_KEYS), []
-    ca.run_flex(torch, flex, create_block_mask, ca.Timer(torch, args, dev), dev, bm, dense, sets,
-                args.tol, row, problems)
+    row, problems, timed = dict.fromkeys(ca.CASE_KEYS), [], {}
+    timer = ca.Timer(torch, args, dev)
+    ca.run_flex(torch, flex, create_block_mask, timer, dev, bm, dense, sets, args.tol, row,
+                problems, timed)
+    assert set(timed) <= {"flex_ms"}
+    row.update(timer.device_ms(timed, len(sets), problems))
     return row, problems, bm
 
 
