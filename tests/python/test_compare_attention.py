@@ -188,8 +188,8 @@ def test_suite_b_cpu_smoke_run(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- the round-robin timer
 
 def test_round_robin_times_every_side_in_one_loop():
-    """Each iteration calls every side once on set it % n_sets, starting from a
-    different side; the order reverses every pass over the sides."""
+    """Each iteration calls every side once, starting from a different side; the
+    order reverses every pass over the sides; each call takes the next set."""
     calls = []
     sides = {k: (lambda s, k=k: calls.append((k, s))) for k in "abc"}
     timer = common.EventTimer(torch, torch.device("cpu"))
@@ -198,7 +198,7 @@ def test_round_robin_times_every_side_in_one_loop():
     assert list(ms) == ["a", "b", "c"] and all(t >= 0 for t in ms.values()) and problems == []
     loop = calls[-12:]
     assert [k for k, _ in loop] == list("abc" "bca" "cab" "cba")
-    assert [s for _, s in loop] == [0] * 3 + [1] * 3 + [0] * 3 + [1] * 3
+    assert [s for _, s in loop] == [c % 2 for c in range(12)]
     assert len(calls) == 12 + 3 * (1 + 3)  # warm-up and estimate: 4 calls a side
 
 
