@@ -97,10 +97,13 @@
  * the prologue it hides where rows are short, which the static split's
  * 3% imbalance at (8, 32, 2048) spends again (a dynamic scheduler needs a
  * counter per launch). Against cuDNN's SDPA in compare_attention.py's suite
- * B (bench/results/attention-2026-11-26e-h100.json): 0.94-1.03 of its speed
- * on dense and causal at 4096-8192 keys (causal (1, 32, 8192) read 0.94 there
- * and 1.01 in another run of the same code), 0.94 on GQA causal (8, 32,
- * 2048), where it read 0.91 before the items were pipelined.
+ * B, both timed round-robin in one loop
+ * (bench/results/attention-2026-11-26g-h100.json): 0.96-0.97 of its speed
+ * dense at 4096-8192 keys, 1.00-1.02 causal and GQA causal at 4096-8192,
+ * 0.95 on GQA causal (8, 32, 2048), where it read 0.91 before the items
+ * were pipelined. Dense, 2048 items of 64 tiles on 132 CTAs leave the last
+ * round to 68 of them (a static split within one item of the mean: 16
+ * items against 15.5, about 3% of the time).
  * At head dim 64 the same kernel (with P V summing the rows) was slower
  * than blockwise_sm90.cu's settled maxima wherever rows are short or the
  * mask dense (bench/results/attention-ws-d64-left-out-2026-11-26-h100.txt),
