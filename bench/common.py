@@ -97,6 +97,19 @@ class EventTimer:
             return ev(enable_timing=True), ev(enable_timing=True)
         return _HostEvent(), _HostEvent()
 
+    def warm_estimate(self, fn, n_sets, warmup, calls):
+        """Seconds a call of fn(set_index) takes on the host clock, over `calls`
+        calls after `warmup` of them, the set rotated (i % n_sets): what sets a
+        timer's iteration count."""
+        for w in range(warmup):
+            fn(w % n_sets)
+        self.sync()
+        t0 = time.perf_counter()
+        for w in range(calls):
+            fn(w % n_sets)
+        self.sync()
+        return (time.perf_counter() - t0) / calls
+
     def round_robin_ms(self, sides, n_sets, problems, warmup, iters, budget=None,
                        sleep_cycles=SLEEP_CYCLES):
         """{key: median device time of fn(set_index)} for sides = {key: fn}, every
@@ -118,14 +131,7 @@ class EventTimer:
         est = {}
         for key, fn in sides.items():
             try:
-                for w in range(max(1, warmup)):
-                    fn(w % n_sets)
-                self.sync()
-                t0 = time.perf_counter()
-                for w in range(3):
-                    fn(w % n_sets)
-                self.sync()
-                est[key] = (time.perf_counter() - t0) / 3
+                est[key] = self.warm_estimate(fn, n_sets, max(1, warmup), 3)
             except Exception as e:  # one side failing must not lose the others
                 problems.append(brief_error(f"{key} timing", e))
                 self.sync()

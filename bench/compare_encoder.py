@@ -242,14 +242,7 @@ class Timer(EventTimer):
     def ms(self, fn, n_sets):
         """Median time of fn(set_index) with the set rotated; every set is seen
         at least twice in warm-up (stof may capture a graph per shape bucket)."""
-        for w in range(max(self.warmup, 2 * n_sets)):
-            fn(w % n_sets)
-        self.sync()
-        t0 = time.perf_counter()
-        for w in range(2):
-            fn(w % n_sets)
-        self.sync()
-        iters = self.iterations((time.perf_counter() - t0) / 2)
+        iters = self.iterations(self.warm_estimate(fn, n_sets, max(self.warmup, 2 * n_sets), 2))
         pairs = []
         for it in range(iters):
             start, end = self._pair()
