@@ -113,21 +113,20 @@ class EventTimer:
     def round_robin_ms(self, sides, n_sets, problems, warmup, iters, budget=None,
                        sleep_cycles=SLEEP_CYCLES):
         """{key: median device time of fn(set_index)} for sides = {key: fn}, every
-        side timed in one loop: iteration i calls each side once, each behind the
-        same device sleep and between its own event pair, each call on the next
-        input set (call c of the loop on set c % n_sets), so that no call reads
-        the inputs the call before it left in L2, as in a block of one side's
-        calls (one set per iteration let every side after the first read warm
-        inputs). Timed in blocks one after another, the same kernel read 3-8%
-        apart on an H100 depending on which side ran before it, as the clock and
-        power state drifted between blocks; in one loop the drift falls on every
-        side alike. The starting side rotates every iteration and the
-        order reverses every pass over the sides, so that no side always follows
-        the same one. The iteration count gives the slowest side at most budget
-        seconds of timed calls (at least 10, at most iters; exactly iters with no
-        budget), so the loop takes at most about len(sides) x budget. A side that
-        raises in its warm-up is left out, with a line in problems; an error in
-        the loop itself reaches the caller. Outputs are dropped as they return."""
+        side timed in one loop: iteration i calls each side once, each behind
+        the same device sleep and between its own event pair, each call on the
+        next input set (call c of the loop on set c % n_sets), so that no call
+        reads the inputs the call before it left in L2, as in a block of one
+        side's calls. Timed in blocks one after another, one kernel read up to
+        15% apart from block to block on an H100 as the clock and power state
+        drifted; in one loop the drift falls on every side alike. The starting
+        side rotates every iteration and the order reverses every pass over the
+        sides, so that no side always follows the same one. The iteration count
+        gives the slowest side at most budget seconds of timed calls (at least
+        10, at most iters; exactly iters with no budget), so the loop takes at
+        most about len(sides) x budget. A side that raises in its warm-up is
+        left out, with a line in problems; an error in the loop itself reaches
+        the caller. Outputs are dropped as they return."""
         est = {}
         for key, fn in sides.items():
             try:

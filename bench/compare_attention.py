@@ -21,10 +21,11 @@ L2 cache. Attention runs are device times: each timed call is queued behind a
 short device sleep so the host's launch overhead stays out of every side's
 figure alike. Within a case every side that passed its check is timed in one
 round-robin loop (common.EventTimer.round_robin_ms): each iteration calls every
-side once, starting from a different side each time. Timed in blocks one after
-another, the same kernel read 3-8% apart on an H100 depending on which side
-ran before it, as the GPU's clock and power state drifted between the blocks;
-in one loop that drift falls on all sides alike. The JSON's "timing" field
+side once, starting from a different side each time, each call on the next
+input set. Timed in blocks one after another, one kernel read up to 15% apart
+from block to block on an H100 as the GPU's clock and power state drifted
+(bench/results/attention-timing-modes-2026-11-26-h100.txt); in one loop that
+drift falls on all sides alike. The JSON's "timing" field
 says so. Mask builds (stof_mask_ms, flex_mask_ms) are timed from an idle
 device, so their host work counts, as it does for a caller.
 
