@@ -16,8 +16,8 @@ Every side draws its mask from bench/masks.py; stof's compiled mask is decoded
 and compared with the torch mask, and FlexAttention's output is checked against
 the fp32 reference, before either is timed.
 
-Timing: CUDA events, medians, inputs rotated among enough sets to exceed the
-L2 cache. Attention runs are device times: each timed call is queued behind a
+Timing: CUDA events, medians, inputs rotated among enough sets to exceed the L2
+cache. Attention runs are device times: each timed call is queued behind a
 short device sleep so the host's launch overhead stays out of every side's
 figure alike. Within a case every side that passed its check is timed in one
 round-robin loop (common.EventTimer.round_robin_ms): each iteration calls every
@@ -25,9 +25,9 @@ side once, starting from a different side each time, each call on the next
 input set. Timed in blocks one after another, one kernel read up to 15% apart
 from block to block on an H100 as the GPU's clock and power state drifted
 (bench/results/attention-timing-modes-2026-11-26-h100.txt); in one loop that
-drift falls on all sides alike. The JSON's "timing" field
-says so. Mask builds (stof_mask_ms, flex_mask_ms) are timed from an idle
-device, so their host work counts, as it does for a caller.
+drift falls on all sides alike. The JSON's "timing" field says so. Mask builds
+(stof_mask_ms, flex_mask_ms) are timed from an idle device, so their host work
+counts, as it does for a caller.
 
 sdpa_cudnn_ms is SDPA's cuDNN backend (FlashAttention-3 class on Hopper) on the
 same terms as sdpa_flash_ms. --suite b runs suite B (decoders and T5, bf16:
