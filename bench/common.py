@@ -118,7 +118,7 @@ class EventTimer:
         next input set (call c of the loop on set c % n_sets), so that no call
         reads the inputs the call before it left in L2, as in a block of one
         side's calls. Timed in blocks one after another, one kernel read up to
-        15% apart from block to block on an H100 as the clock and power state
+        12% apart from block to block on an H100 as the clock and power state
         drifted; in one loop the drift falls on every side alike. The starting
         side rotates every iteration and the order reverses every pass over the
         sides, so that no side always follows the same one. The iteration count
