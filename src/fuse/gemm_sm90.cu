@@ -86,6 +86,15 @@
  * Only then did RoPE in the QKV epilogue pay: 0.1409 ms against 0.1731 for
  * cuBLASLt and the separate pass (0.2031 before the pieces, and slower still
  * with a sincosf per pair before the (cos, sin) table).
+ * What the epilogue still costs there (bench/results/fuse-epilogue-share-
+ * 2026-11-26-h100.txt, the epilogue skipped in a device-only build): the
+ * 128x256 tile's main loop alone runs 1.08-1.13x cuBLASLt at 16384-23923
+ * rows, its RoPE or GeGLU epilogue 21% of the time, the tensor cores idle.
+ * Measured and left out there: the output through a 16 KB staging tile per
+ * warpgroup and a TMA store, so that the warpgroup goes on while the copy
+ * engine writes: 3-7% slower (ModernBERT's QKV + RoPE 0.1392 -> 0.1492 ms).
+ * The stores from registers are not what the epilogue waits on; its
+ * arithmetic and the staging's two barriers per 128 columns stayed.
  *
  * Two more epilogues: a residual added after the bias (act none; the
  * pre-norm layers' x = x + a w^T + b, residual and y the same buffer, each
