@@ -94,7 +94,10 @@
  * warpgroup and a TMA store, so that the warpgroup goes on while the copy
  * engine writes: 3-7% slower (ModernBERT's QKV + RoPE 0.1392 -> 0.1492 ms).
  * The stores from registers are not what the epilogue waits on; its
- * arithmetic and the staging's two barriers per 128 columns stayed.
+ * arithmetic and the staging's two barriers per 128 columns stayed. Nor
+ * the shuffles' latency: packing four pieces first and running each
+ * exchange round over all four gained nothing on the 128x256 tile, and
+ * put the 128x128 ping-pong's accumulators on the stack.
  *
  * Two more epilogues: a residual added after the bias (act none; the
  * pre-norm layers' x = x + a w^T + b, residual and y the same buffer, each
