@@ -101,13 +101,14 @@
  * (bench/results/attention-2026-11-26g-h100.json): 0.96-0.97 of its speed
  * dense at 4096-8192 keys, 1.00-1.02 causal and GQA causal at 4096-8192,
  * 0.95 on GQA causal (8, 32, 2048), where it read 0.91 before the items
- * were pipelined. Not the static split's last round: at item counts that
- * fill it exactly (heads 33 for 32) the ratio to cuDNN is the same, and
- * cuDNN runs 132 persistent CTAs too. Nsight Compute on dense (4, 16, 4096)
- * finds the same wgmma count in 1.07x cuDNN's cycles, with fewer
- * instructions: the tensor pipe busy 69% of the time against 73%, the gap
- * being when the warpgroups' products are issued, not how much either
- * side computes (bench/results/attention-ws-dense-gap-2026-11-26-h100.txt).
+ * were pipelined. The dense gap is not the static split's last round: at
+ * item counts that fill it exactly (heads 33 for 32) the ratio to cuDNN
+ * is the same, and cuDNN runs 132 persistent CTAs too. Nsight Compute on
+ * dense (4, 16, 4096) finds the same wgmma count in 1.07x cuDNN's cycles,
+ * with fewer instructions: the tensor pipe busy 69% of the time against
+ * 73%, the gap being when the warpgroups' products are issued, not how
+ * much either side computes
+ * (bench/results/attention-ws-dense-gap-2026-11-26-h100.txt).
  * At head dim 64 the same kernel (with P V summing the rows) was slower
  * than blockwise_sm90.cu's settled maxima wherever rows are short or the
  * mask dense (bench/results/attention-ws-d64-left-out-2026-11-26-h100.txt),

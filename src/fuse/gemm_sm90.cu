@@ -92,7 +92,7 @@
  * rows, its RoPE or GeGLU epilogue 21% of the time, the tensor cores idle.
  * Measured and left out there: the output through a 16 KB staging tile per
  * warpgroup and a TMA store, so that the warpgroup goes on while the copy
- * engine writes: 3-7% slower (ModernBERT's QKV + RoPE 0.1392 -> 0.1492 ms).
+ * engine writes: 2-10% slower (ModernBERT's QKV + RoPE 0.1392 -> 0.1492 ms).
  * The stores from registers are not what the epilogue waits on; its
  * arithmetic and the staging's two barriers per 128 columns stayed. Nor
  * the shuffles' latency: packing four pieces first and running each
