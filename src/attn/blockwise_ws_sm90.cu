@@ -622,9 +622,9 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
         /* Tile 0's turn: the previous item's last P V, then S_0; that
          * item's output leaves while S_0 runs. */
         int st = g0 & 1;
-        mbar_wait(sm.k_full + 8 * st, (g0 >> 1) & 1);
         if (pending) {
-            mbar_wait(sm.v_full + 8 * (p_g & 1), (p_g >> 1) & 1);
+            mbar_wait_both(sm.k_full + 8 * st, (g0 >> 1) & 1, sm.v_full + 8 * (p_g & 1),
+                           (p_g >> 1) & 1);
             pingpong_wait<WS_CONSUMERS>(c);
             wgmma_fence();
             ws_issue_pv<BF16>(o, p, desc_at(v_desc, (p_g & 1) * WS_KV_TILE));
@@ -640,6 +640,7 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
             for (int i = 0; i < 64; i++)
                 o[i] = 0.0f;
         } else {
+            mbar_wait(sm.k_full + 8 * st, (g0 >> 1) & 1);
             pingpong_wait<WS_CONSUMERS>(c);
             wgmma_fence();
             ws_issue_scores<BF16>(sc, qd, desc_at(k_desc, st * WS_KV_TILE));
@@ -662,8 +663,8 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
             const int g = g0 + i, key0 = kbeg + i * WS_BLOCK_N;
             st = g & 1;
             /* K_i, and V_{i-1}, which the producer issued before it. */
-            mbar_wait(sm.k_full + 8 * st, (g >> 1) & 1);
-            mbar_wait(sm.v_full + 8 * (st ^ 1), ((g - 1) >> 1) & 1);
+            mbar_wait_both(sm.k_full + 8 * st, (g >> 1) & 1, sm.v_full + 8 * (st ^ 1),
+                           ((g - 1) >> 1) & 1);
             pingpong_wait<WS_CONSUMERS>(c);
             wgmma_fence();
             ws_issue_scores<BF16>(sc, qd, desc_at(k_desc, st * WS_KV_TILE));

@@ -86,6 +86,27 @@ static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
     } while (!done);
 }
 
+/* Blocks until the phases of the given parities of two barriers have
+ * completed: both are tested at once, so that where both are already done
+ * (the common case) the wait costs one round trip, not two in a row. */
+static __device__ __forceinline__ void mbar_wait_both(uint32_t a, uint32_t parity_a, uint32_t b,
+                                                      uint32_t parity_b)
+{
+    uint32_t done_a, done_b;
+    asm volatile("{\n.reg .pred p, q;\n"
+                 "mbarrier.test_wait.parity.shared::cta.b64 p, [%2], %3;\n"
+                 "mbarrier.test_wait.parity.shared::cta.b64 q, [%4], %5;\n"
+                 "selp.u32 %0, 1, 0, p;\n"
+                 "selp.u32 %1, 1, 0, q;\n}\n"
+                 : "=r"(done_a), "=r"(done_b)
+                 : "r"(a), "r"(parity_a), "r"(b), "r"(parity_b)
+                 : "memory");
+    if (!(done_a & done_b)) {
+        mbar_wait(a, parity_a);
+        mbar_wait(b, parity_b);
+    }
+}
+
 static __device__ __forceinline__ void mbar_arrive(uint32_t bar)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
