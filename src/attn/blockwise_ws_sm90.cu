@@ -98,9 +98,9 @@
  * 3% imbalance at (8, 32, 2048) spends again (a dynamic scheduler needs a
  * counter per launch). Against cuDNN's SDPA in compare_attention.py's suite
  * B, both timed round-robin in one loop
- * (bench/results/attention-2026-11-26g-h100.json): 0.96-0.97 of its speed
- * dense at 4096-8192 keys, 1.00-1.02 causal and GQA causal at 4096-8192,
- * 0.95 on GQA causal (8, 32, 2048), where it read 0.91 before the items
+ * (bench/results/attention-2026-11-26h-h100.json): 0.96-0.97 of its speed
+ * dense at 4096-8192 keys, 1.01-1.03 causal and GQA causal at 4096-8192,
+ * 0.96 on GQA causal (8, 32, 2048), where it read 0.91 before the items
  * were pipelined. The dense gap is not the static split's last round: at
  * item counts that fill it exactly (heads 33 for 32) the ratio to cuDNN
  * is the same, and cuDNN runs 132 persistent CTAs too. Nsight Compute on
@@ -108,7 +108,16 @@
  * with fewer instructions: the tensor pipe busy 69% of the time against
  * 73%, the gap being when the warpgroups' products are issued, not how
  * much either side computes
- * (bench/results/attention-ws-dense-gap-2026-11-26-h100.txt).
+ * (bench/results/attention-ws-dense-gap-2026-11-26-h100.txt). A per-tile
+ * timeline of both consumers (clock64;
+ * bench/results/attention-ws-timeline-2026-11-26-h100.txt) puts the dense
+ * period at ~3000 cycles for 2048 of tensor work: it is one warpgroup's
+ * chain, its issue (the tensor pipe takes the 16 wgmma no faster) and a
+ * softmax of ~1700 cycles, where the other warpgroup's, run while nothing
+ * is issued beside it, takes ~1200. Exponentials on the FMA pipe, a tree
+ * for the row maxima, FlashAttention-3's rescale between the two issues and
+ * an earlier K wait were all slower; testing K_i's and V_{i-1}'s barriers
+ * together (mbar_wait_both) gained 0.2-0.9%.
  * At head dim 64 the same kernel (with P V summing the rows) was slower
  * than blockwise_sm90.cu's settled maxima wherever rows are short or the
  * mask dense (bench/results/attention-ws-d64-left-out-2026-11-26-h100.txt),
