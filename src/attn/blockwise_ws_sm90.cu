@@ -36,9 +36,10 @@
  *     O += P V    m64n128k16, P from registers (the accumulator of S packed
  *                 in place into A fragments), V MN-major from shared memory.
  *   Intra-warpgroup overlap: iteration i issues S_i, then P_{i-1} V_{i-1},
- *   waits for S_i alone and exponentiates it while the product runs (inside
- *   a branch of its own: ptxas hoists a wgmma wait to the top of its basic
- *   block); O is rescaled and P_i packed after the second wait.
+ *   waits for S_i alone and takes its row maxima while the product runs
+ *   (inside a branch of its own: ptxas hoists a wgmma wait to the top of
+ *   its basic block); after the second wait come the exponentials, O's
+ *   rescale and P_i's pack, in one block, which ptxas interleaves.
  *   Inter-warpgroup ping-pong: each consumer issues its products only after
  *   the other has issued its own (two named barriers), so that one's softmax
  *   runs while the other's products hold the tensor pipe.
@@ -117,7 +118,10 @@
  * is issued beside it, takes ~1200. Exponentials on the FMA pipe, a tree
  * for the row maxima, FlashAttention-3's rescale between the two issues and
  * an earlier K wait were all slower; testing K_i's and V_{i-1}'s barriers
- * together (mbar_wait_both) gained 0.2-0.9%.
+ * together (mbar_wait_both) gained 0.2-0.9%, and running the exponentials
+ * after the P V wait, in one basic block with O's rescale (now without its
+ * skip) and P's pack, 1.7-4.2%: the FMULs and conversions fill the MUFU
+ * ops' stalls where they had followed them.
  * At head dim 64 the same kernel (with P V summing the rows) was slower
  * than blockwise_sm90.cu's settled maxima wherever rows are short or the
  * mask dense (bench/results/attention-ws-d64-left-out-2026-11-26-h100.txt),
@@ -155,8 +159,7 @@ static_assert(WS_SMEM >= 4 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 128 + 4 * 16, "
  * 256 = 62464 of the 64512 (168 a thread of 384) that __launch_bounds__(384,
  * 1) leaves. The producer walks the work items (their order, sequence and
  * key range), which at 24 spilled 52 bytes; the consumers' code reaches
- * register 190 whether given 224 or 240. ptxas -v shows no spill but in the
- * two all-visible variants with modifiers (48 bytes). */
+ * register 190 whether given 224 or 240. ptxas -v shows no spill. */
 #define WS_PRODUCER_REGS 40
 #define WS_CONSUMER_REGS 224
 
@@ -684,16 +687,25 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
             wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
             reg_fence(sc);
             mbar_arrive(sm.k_empty + 8 * st);
+            /* The softmax in two: the row maxima while P V may still run,
+             * then, once it has landed, the exponentials, the rescale of
+             * O and the pack of P in one basic block, so that ptxas
+             * interleaves the FMULs and conversions with the MUFU ops
+             * (rescale_o's skip, a branch, would cut the block). */
+            float base[2];
             if (ws_opaque_one()) {
                 modify(key0);
                 ws_sign_and_mask(sc, negate, needs_mask(key0), key0, lim, tq);
                 mask_before(key0);
-                softmax_tile<true>(sc, scale, m, alpha, sum);
+                softmax_max(sc, scale, m, alpha, base);
             }
             wgmma_wait<0>(); /* O and P's registers are free from here on */
             reg_fence(o);
             mbar_arrive(sm.v_empty + 8 * (st ^ 1));
-            rescale_o<WS_D>(o, alpha);
+            exp_tile<true>(sc, scale, base, sum);
+#pragma unroll
+            for (int d = 0; d < 64; d++)
+                o[d] *= alpha[(d >> 1) & 1];
             l[0] = l[0] * alpha[0] + sum[0];
             l[1] = l[1] * alpha[1] + sum[1];
             pack_p<BF16>(p, sc);

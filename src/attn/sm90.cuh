@@ -205,11 +205,14 @@ static __device__ __forceinline__ void exp_tile(float (&s)[N], float scale, cons
  * head (raw units, >= 0): m becomes a reference up to head above the row's
  * maximum (the tile's maximum plus head, where that passes the old m), which
  * gives a settled softmax (blockwise_sm90.cu) that much more room before a
- * later score sends it back here; P then stays below 2^(-head * scale). */
-template <bool SUMS, int N>
-static __device__ __forceinline__ void softmax_tile(float (&s)[N], float scale, float (&m)[2],
-                                                    float (&alpha)[2], float (&sum)[2],
-                                                    float head = 0.0f)
+ * later score sends it back here; P then stays below 2^(-head * scale).
+ * In two steps, which a kernel may run apart (blockwise_ws_sm90.cu waits for
+ * P V between them): softmax_max (the maxima, m, alpha and the exponent's
+ * reference base of each row) and exp_tile. */
+template <int N>
+static __device__ __forceinline__ void softmax_max(const float (&s)[N], float scale, float (&m)[2],
+                                                   float (&alpha)[2], float (&base)[2],
+                                                   float head = 0.0f)
 {
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -217,7 +220,6 @@ static __device__ __forceinline__ void softmax_tile(float (&s)[N], float scale, 
         mx[0] = fmaxf(mx[0], fmaxf(s[4 * j], s[4 * j + 1]));
         mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
     }
-    float base[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float m_new = fmaxf(m[r], quad_max(mx[r]) + head);
@@ -226,6 +228,15 @@ static __device__ __forceinline__ void softmax_tile(float (&s)[N], float scale, 
         base[r] = b * scale;
         m[r] = m_new;
     }
+}
+
+template <bool SUMS, int N>
+static __device__ __forceinline__ void softmax_tile(float (&s)[N], float scale, float (&m)[2],
+                                                    float (&alpha)[2], float (&sum)[2],
+                                                    float head = 0.0f)
+{
+    float base[2];
+    softmax_max(s, scale, m, alpha, base, head);
     exp_tile<SUMS>(s, scale, base, sum);
 }
 
