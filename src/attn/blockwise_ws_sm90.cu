@@ -99,10 +99,10 @@
  * 3% imbalance at (8, 32, 2048) spends again (a dynamic scheduler needs a
  * counter per launch). Against cuDNN's SDPA in compare_attention.py's suite
  * B, both timed round-robin in one loop
- * (bench/results/attention-2026-11-26h-h100.json): 0.96-0.97 of its speed
- * dense at 4096-8192 keys, 1.01-1.03 causal and GQA causal at 4096-8192,
- * 0.96 on GQA causal (8, 32, 2048), where it read 0.91 before the items
- * were pipelined. The dense gap is not the static split's last round: at
+ * (bench/results/attention-suite-b-partial-2026-11-26-h100.txt): 0.99-1.00
+ * of its speed dense at 4096-8192 keys, 1.04-1.06 causal and GQA causal at
+ * 4096-8192, 0.975 on GQA causal (8, 32, 2048), where it read 0.91 before
+ * the items were pipelined. The dense gap is not the static split's last round: at
  * item counts that fill it exactly (heads 33 for 32) the ratio to cuDNN
  * is the same, and cuDNN runs 132 persistent CTAs too. Nsight Compute on
  * dense (4, 16, 4096) finds the same wgmma count in 1.07x cuDNN's cycles,
