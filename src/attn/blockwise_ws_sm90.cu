@@ -691,7 +691,8 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
              * then, once it has landed, the exponentials, the rescale of
              * O and the pack of P in one basic block, so that ptxas
              * interleaves the FMULs and conversions with the MUFU ops
-             * (rescale_o's skip, a branch, would cut the block). */
+             * (rescale_o without its skip, a branch that would cut the
+             * block). */
             float base[2];
             if (ws_opaque_one()) {
                 modify(key0);
@@ -703,9 +704,7 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
             reg_fence(o);
             mbar_arrive(sm.v_empty + 8 * (st ^ 1));
             exp_tile<true>(sc, scale, base, sum);
-#pragma unroll
-            for (int d = 0; d < 64; d++)
-                o[d] *= alpha[(d >> 1) & 1];
+            rescale_o<WS_D, false>(o, alpha);
             l[0] = l[0] * alpha[0] + sum[0];
             l[1] = l[1] * alpha[1] + sum[1];
             pack_p<BF16>(p, sc);

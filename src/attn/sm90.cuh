@@ -305,16 +305,17 @@ store_output(const float (&o)[SM90_OREGS(D)], const float (&l)[2], uint32_t tile
     }
 }
 
-/* O *= alpha, skipped by a warp whose rows all kept their maxima (alpha == 1
- * exactly): after the first few tiles of a long row that is most tiles. */
-template <int D>
+/* O *= alpha. SKIP: skipped by a warp whose rows all kept their maxima
+ * (alpha == 1 exactly): after the first few tiles of a long row that is most
+ * tiles. Without it, no branch: the FMULs stay in their basic block, where
+ * ptxas can interleave them with the work around them (blockwise_ws_sm90.cu). */
+template <int D, bool SKIP = true>
 static __device__ __forceinline__ void rescale_o(float (&o)[SM90_OREGS(D)], const float (&alpha)[2])
 {
-    if (__any_sync(PTX_FULL_WARP, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+    if (SKIP && !__any_sync(PTX_FULL_WARP, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
 #pragma unroll
-        for (int d = 0; d < SM90_OREGS(D); d++)
-            o[d] *= alpha[(d >> 1) & 1];
-    }
+    for (int d = 0; d < SM90_OREGS(D); d++)
+        o[d] *= alpha[(d >> 1) & 1];
 }
 
 /* A tensor map of rows of one (head, batch entry) of q, k or v (x, element
