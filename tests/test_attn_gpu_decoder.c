@@ -53,6 +53,8 @@ typedef struct dcase {
     stof_dtype bias_dt; /* tensor bias */
     bool bias_bcast;    /* tensor [1, H, Lq, Lk] */
     bool want_ws;       /* the warp-specialised kernel must serve it forced (where ws_here) */
+    int repeats;        /* the forced warp-specialised run again this many times, each output
+                           the first's, byte for byte */
     char name[200];
 } dcase;
 
@@ -342,6 +344,19 @@ static void run_case(dcase *c)
         if (!bad)
             CHECK(err <= tol, "%s [kernel %d, ran %d]: rel err %g", c->name, (int)kernels[kk],
                   kk ? (int)kernels[kk] : -1, err);
+        if (kernels[kk] != STOF_ATTN_BLOCKWISE_SM90_WS) continue;
+        uint16_t *again = malloc((size_t)(nq > 0 ? nq : 1) * 2);
+        for (int r = 0; r < c->repeats && !bad; r++) {
+            cudaMemcpy(od, poison, (size_t)nq * 2, cudaMemcpyHostToDevice);
+            CHECK_OK(stof_attention(ctx, &p, &q, &k, &v, mask, c->packed ? &cuq : NULL,
+                                    c->packed ? &cuk : NULL, &o));
+            CHECK_OK(stof_ctx_synchronize(ctx));
+            cudaMemcpy(again, od, (size_t)nq * 2, cudaMemcpyDeviceToHost);
+            bad = memcmp(again, got, (size_t)nq * 2) != 0;
+            CHECK(!bad, "%s: run %d of the warp-specialised kernel differs from its first",
+                  c->name, r + 2);
+        }
+        free(again);
     }
 
     for (int b = 0; b < B; b++) {
@@ -569,11 +584,13 @@ static void ws_sweep(void)
 /* Persistent CTAs of the warp-specialised kernel: more work items (128-row
  * blocks x heads x batch) than any Hopper part has SMs (132-144), so that
  * every CTA walks several and a barrier phase carried wrongly from one item
- * into the next shows (units, grid.cuh: more of them than SMs too); items
- * with no rows or no visible key (a padded entry whose bottom-right offset
- * is negative, an entry of one row) in between live ones; dense and causal,
- * padded and packed, MHA and GQA, Lq < Lk.
- * Every case runs the kernel twice in a row (AUTO, then forced). */
+ * into the next shows; items with no rows or no visible key (a padded entry
+ * whose bottom-right offset is negative, an entry of one row) in between
+ * live ones; dense and causal, padded and packed, MHA and GQA, Lq < Lk.
+ * Every case runs the kernel twice in a row (AUTO, then forced); the first
+ * causal one (its items drawn from a work counter, grid.cuh) then runs
+ * again until every counter pair of the context has served it twice, so
+ * that a pair left non-zero by a launch shows in the next one given it. */
 static void ws_multi_sweep(void)
 {
     typedef struct wcase {
@@ -583,13 +600,13 @@ static void ws_multi_sweep(void)
         int32_t lens_q[4], lens_k[4];
     } wcase;
     static const wcase cases[] = {
-        /* Dense: 256 items (one a unit), every row checked (H * Lq * Lk = 2^21). */
+        /* Dense: 256 items, every row checked (H * Lq * Lk = 2^21). */
         {"full", 32, 8, 256, 256, false, false, true, {0}, {0}},
         {"full", 32, 8, 256, 256, true, false, false, {256, 100, 129, 1}, {256, 7, 200, 129}},
         {"full", 32, 4, 256, 256, true, true, false, {129, 256, 1, 77}, {200, 256, 33, 1}},
         {"full", 40, 40, 129, 300, false, false, true, {0}, {0}},
-        /* Causal (heavy-first where select.h's imbalance bound says so:
-         * units of two row blocks): 192 units or more. Entry 1 of the
+        /* Causal (heavy-first where select.h's imbalance bound says so):
+         * 384 items or more. Entry 1 of the
          * second: off = 20 - 200, its first row block sees no key (zeros, no
          * barrier), its second one tile ending past its keys; entry 3: one
          * row. */
@@ -597,8 +614,7 @@ static void ws_multi_sweep(void)
         {"causal", 48, 12, 256, 256, true, false, true, {256, 200, 130, 1}, {256, 20, 256, 1}},
         {"causal", 48, 12, 256, 256, true, true, true, {256, 100, 129, 37}, {256, 100, 129, 37}},
         /* Longer rows, surely heavy-first (select.h's imbalance bound, at
-         * either tile height): five row blocks (the middle one a unit of its
-         * own) and eight. */
+         * either tile height): five row blocks and eight. */
         {"causal", 24, 8, 640, 640, true, false, false, {640, 600, 3, 129}, {640, 630, 3, 640}},
         {"causal", 16, 4, 1000, 1000, true, true, true, {1000, 999, 500, 2}, {1000, 999, 500, 2}},
         /* Lq < Lk, bottom-right and top-left. */
@@ -626,6 +642,7 @@ static void ws_multi_sweep(void)
             c.lens_q[b] = w->lengths ? w->lens_q[b] : c.Lq;
             c.lens_k[b] = w->lengths ? w->lens_k[b] : c.Lk;
         }
+        c.repeats = i == 4 ? 2 * STOF_WORK_SLOTS + 1 : 0;
         run_case(&c);
     }
 }

@@ -63,6 +63,7 @@ typedef struct attn_launch {
     int heavy_first;  /* block-wise grids: the launch order of grid.cuh's attn_block_order */
     int section;      /* heavy_first: (head, batch entry) pairs per L2 section (grid.cuh) */
     int sms;          /* the device's SMs: a persistent kernel's grid (grid.cuh) */
+    int *work;        /* a persistent kernel's work counter pair, zero (grid.cuh) */
     int kv_group;     /* query heads per kv head (real heads; 1: MHA) */
     float scale;      /* the softmax scale (score modifiers work in natural units) */
     attn_mods mods;   /* read only by the modifier variants (block-wise and sm_90 kernels) */

@@ -52,23 +52,36 @@
  * before it runs, and each consumer stages its output in its half of its
  * item's own buffer (every S of the item is done by then), which it then
  * releases for the item after next. Items with nothing to compute (rows
- * past a sequence, no visible key) touch no barrier in any role, and the
- * consumers write their zeros. The consumers' turns run on across items
- * without a break: the turn that issues an item's S_0 also issues the
+ * past a sequence, no visible key) touch no barrier but the item ring's,
+ * and the consumers write their zeros. The consumers' turns run on across
+ * items without a break: the turn that issues an item's S_0 also issues the
  * previous item's last P V, and the previous item's output is stored while
  * S_0 runs (ws_consume), so that an item costs one turn a tile. Against
  * the kernel that gave that last P V a turn of its own and stored after it:
  * causal 0.9-3.2% faster at 1024-8192 keys, dense unchanged
  * (bench/results/attention-ws-pipe-2026-11-26-h100.txt).
  *
- * The items are split statically, in grid.cuh's units (a heavy-first row
- * block with its light mirror; unit u to CTA u mod the grid): each CTA's
- * share is within one unit of the mean, and no global counter has to be
- * reset between launches or inside captured graphs (a dynamic scheduler's
- * atomic counter would need a workspace per stream). Counting tiles,
- * causal (8, 32, 2048) on 132 SMs gives a CTA at most 1.031 times the mean
- * (2048 units, 15.5 a CTA), a greedy dynamic split (what the hardware gave
- * the one-CTA-an-item launch) 1.012; per-entry lengths are not balanced for.
+ * The causal and band variants draw their items, heaviest first, from a
+ * counter (grid.cuh's attn_work_draw): the producer draws an item's
+ * successor as the item starts and hands each item to the consumers
+ * through a two-slot ring (work_lin, with its full and empty barriers), the
+ * end as -1. Counting tiles on 132 SMs, causal (8, 32, 2048) gave the
+ * busiest CTA 1.031 times the mean under the static split this replaces
+ * (units of a heavy row block and its light mirror, unit u to CTA u mod the
+ * grid: 2048 units, 15.5 a CTA), 1.012 under a greedy split in that zigzag
+ * order, 1.001 drawn in descending order; causal 4096 and 8192 likewise
+ * 1.031 against 1.004 and 1.002. Per-entry lengths are not weighed.
+ * Measured against the static split on an H200, each side round-robin with
+ * cuDNN in one process (bench/results/attention-ws-draw-2026-11-26-h200.txt),
+ * cuDNN's time over the kernel's went from 0.978-0.980 to 1.006-1.007 at
+ * GQA causal (8, 32, 2048), from 0.980-0.984 to 1.008-1.020 at MHA, from
+ * 1.075 to 1.109-1.116 at GQA causal (1, 32, 8192) and from 1.078-1.080 to
+ * 1.096-1.115 at MHA, the last with sections of three quarters of the L2
+ * (attention.c). The all-visible variant, whose items all cost the same,
+ * takes every gridDim.x-th and carries none of the draw's code: drawing
+ * there, or only carrying the code, cost it 1-1.5% through ptxas's
+ * schedule of the tile loop, which is now the static split's instruction
+ * for instruction.
  *
  * The last tile of a sequence may bring rows past its keys: the producer warp
  * waits for that V tile itself (on a barrier of its own), zeroes those rows,
@@ -95,15 +108,13 @@
  * 2048-8192 keys, fp16 and bf16. Persistence, against the same kernel one
  * CTA an item (bench/results/attention-ab-2026-11-26-h100.txt): no case
  * moved beyond the 2-5% that the order of the runs moves it; it stays for
- * the prologue it hides where rows are short, which the static split's
- * 3% imbalance at (8, 32, 2048) spends again (a dynamic scheduler needs a
- * counter per launch). Against cuDNN's SDPA in compare_attention.py's suite
- * B, both timed round-robin in one loop
+ * the prologue it hides where rows are short. Against cuDNN's SDPA in
+ * compare_attention.py's suite B, both timed round-robin in one loop
  * (bench/results/attention-suite-b-partial-2026-11-26-h100.txt): 0.99-1.00
  * of its speed dense at 4096-8192 keys, 1.04-1.06 causal and GQA causal at
  * 4096-8192, 0.975 on GQA causal (8, 32, 2048), where it read 0.91 before
- * the items were pipelined. The dense gap is not the static split's last round: at
- * item counts that fill it exactly (heads 33 for 32) the ratio to cuDNN
+ * the items were pipelined. The dense gap is not the grid's last round of
+ * items: at item counts that fill it exactly (heads 33 for 32) the ratio to cuDNN
  * is the same, and cuDNN runs 132 persistent CTAs too. Nsight Compute on
  * dense (4, 16, 4096) finds the same wgmma count in 1.07x cuDNN's cycles,
  * with fewer instructions: the tensor pipe busy 69% of the time against
@@ -149,11 +160,13 @@
 #define WS_KV_TILE (WS_BLOCK_N * WS_D * 2)
 #define WS_CONSUMERS 256 /* threads of the two consumer warpgroups */
 /* Two Q buffers (which also stage the output), two K and two V stages,
- * thirteen mbarriers (104 bytes of 128), the consumers' modifiers (4 x 16 bytes of 128); 1024
+ * thirteen mbarriers (104 bytes of 128), the consumers' modifiers (4 x 16
+ * bytes) and the item ring (four mbarriers, two ints) in another 128; 1024
  * bytes of slack to align the base: 197888 bytes, select.h's figure, which
  * the selector checks against the device. */
 #define WS_SMEM ATTN_WS_SMEM_BYTES
-static_assert(WS_SMEM >= 4 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 128 + 4 * 16, "select.h's figure");
+static_assert(WS_SMEM >= 4 * WS_Q_TILE + 4 * WS_KV_TILE + 1024 + 128 + 64 + 32 + 8,
+              "select.h's figure");
 
 /* The producer's and the consumers' registers per thread: 40 * 128 + 224 *
  * 256 = 62464 of the 64512 (168 a thread of 384) that __launch_bounds__(384,
@@ -301,6 +314,11 @@ static __device__ __forceinline__ void ws_apply_mods(float (&s)[64], const ws_mo
  * causal variants carry no band code). */
 enum { WS_MASK_ALL = 0, WS_MASK_CAUSAL = 1, WS_MASK_BAND = 2 };
 
+/* Whether a variant's CTAs draw their items (grid.cuh's attn_work_draw),
+ * heaviest first, or take every gridDim.x-th: the rows of an all-visible
+ * mask cost the same, and its variant carries none of the draw's code. */
+template <int MASK> static constexpr bool ws_draws = MASK != WS_MASK_ALL;
+
 /* A row's last visible key (clamped to [-1, len_k - 1]) for the causal and
  * band variants, and its first (band; clamped to [-2^30, len_k]). */
 template <int MASK>
@@ -339,6 +357,9 @@ typedef struct ws_layout {
     uint32_t v_empty; /* [2] V stage read by both consumers */
     uint32_t v_raw;   /* the last V tile of an item landed, not yet zeroed */
     uint32_t mods;    /* [2 consumers][2 item parities] ws_mods (MODS variants) */
+    uint32_t work_full;  /* [2] work_lin[i] written by the producer */
+    uint32_t work_empty; /* [2] work_lin[i] read by both consumers */
+    uint32_t work_lin;   /* [2] ints: the CTA's items in turn, -1 past its last */
 } ws_layout;
 
 /* The layout in this CTA's dynamic shared memory (its base aligned to 1024
@@ -360,6 +381,9 @@ static __device__ __forceinline__ ws_layout ws_layout_of(void)
     sm.v_empty = bars + 80;
     sm.v_raw = bars + 96;
     sm.mods = bars + 128;
+    sm.work_full = bars + 192;
+    sm.work_empty = bars + 208;
+    sm.work_lin = bars + 224;
     return sm;
 }
 
@@ -369,16 +393,25 @@ static __device__ __forceinline__ int ws_row_blocks(const attn_launch &a)
     return (a.lq + WS_BLOCK_M - 1) / WS_BLOCK_M;
 }
 
-/* The CTA's t-th work item (t = 0, 1, ...) into *lin: the linear index of
- * attn_item_order, or -1 where its unit (grid.cuh) has no such item. False
- * past the CTA's last unit. */
-static __device__ __forceinline__ bool ws_walk(const attn_launch &a, int t, int row_blocks,
-                                               int units, int *lin)
+/* The ring of the CTA's items: the producer's t-th item (t = 0, 1, ...)
+ * handed over (lin: attn_item_order's linear index; -1: no more), and taken
+ * by a consumer thread, which frees the slot at once. */
+static __device__ __forceinline__ void ws_work_put(const ws_layout &sm, int t, int lin)
 {
-    const int per = a.heavy_first ? 2 : 1, u = (int)blockIdx.x + t / per * (int)gridDim.x;
-    if (u >= units) return false;
-    *lin = attn_unit_item(&a, u, t % per, row_blocks);
-    return true;
+    const int slot = t & 1;
+    if (t >= 2) mbar_wait(sm.work_empty + 8 * slot, ((t >> 1) + 1) & 1);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sm.work_lin + 4 * slot), "r"(lin) : "memory");
+    mbar_arrive(sm.work_full + 8 * slot);
+}
+
+static __device__ __forceinline__ int ws_work_take(const ws_layout &sm, int t)
+{
+    const int slot = t & 1;
+    int lin;
+    mbar_wait(sm.work_full + 8 * slot, (t >> 1) & 1);
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(lin) : "r"(sm.work_lin + 4 * slot) : "memory");
+    mbar_arrive(sm.work_empty + 8 * slot);
+    return lin;
 }
 
 /* One work item: 128 query rows of one (head, batch entry), and the keys
@@ -422,7 +455,7 @@ static __device__ __forceinline__ ws_item ws_item_of(const attn_launch *a, int l
 {
     ws_item w;
     int x;
-    attn_item_order(a, lin, row_blocks, &w.h, &w.b, &x);
+    attn_item_order(a, lin, row_blocks, ws_draws<MASK>, &w.h, &w.b, &x);
     w.row0 = x * WS_BLOCK_M;
     w.s = attn_seq_of(a, w.b, w.h);
     ws_key_range<MASK>(a, &w);
@@ -431,15 +464,76 @@ static __device__ __forceinline__ ws_item ws_item_of(const attn_launch *a, int l
 
 /* An item with keys to read and rows to compute; the others only write
  * zeros (rows with nothing visible) or nothing (rows past the sequence's
- * stored rows), and touch no barrier, so every role skips them alike. */
+ * stored rows), and touch no barrier past the item ring, so every role
+ * skips them alike. */
 static __device__ __forceinline__ bool ws_item_live(const ws_item *w)
 {
     return w->n > 0 && w->row0 < w->s.len_q;
 }
 
-/* The producer warp: for each live item, Q once both consumers are done
- * with the previous item's, then its K and V tiles through the ring. g
- * numbers the CTA's tiles across items, so that the ring's stages and
+/* One live item's loads (ws_produce): Q into buffer live & 1, then its K
+ * and V tiles from ring tile g on (g advanced past them). */
+static __device__ __forceinline__ void ws_produce_item(const ws_layout &sm, const ws_item &w,
+                                                       const attn_launch &a,
+                                                       const CUtensorMap *q_map,
+                                                       const CUtensorMap *k_map,
+                                                       const CUtensorMap *v_map, int live, int &g,
+                                                       uint32_t &raw_phase)
+{
+    const int lane = threadIdx.x & 31;
+    const int kv_y = w.s.k_row0, kv_h = w.s.kv_head, kv_w = a.cu_k ? 0 : w.b;
+    if (lane == 0) {
+        /* Buffer qb's previous item (live - 2) stored by both consumers. */
+        const int qb = live & 1;
+        const uint32_t q_full = sm.q_full + 8 * qb, q_dst = sm.q + qb * 2 * WS_Q_TILE;
+        if (live >= 2) mbar_wait(sm.q_empty + 8 * qb, ((live >> 1) + 1) & 1);
+        mbar_arrive_expect_tx(q_full, 2 * WS_Q_TILE);
+        const int q_w = a.cu_q ? 0 : w.b;
+#pragma unroll
+        for (int c = 0; c < 2; c++)
+#pragma unroll
+            for (int cb = 0; cb < 2; cb++)
+                tma_load_4d(q_dst + c * WS_Q_TILE + cb * SM90_BLOCK_BYTES, q_map, q_full,
+                            cb * 64, w.s.q_row0 + w.row0 + c * 64, w.h, q_w);
+    }
+    for (int i = 0; i < w.n; i++, g++) {
+        const int st = g & 1, key0 = w.kbeg + i * WS_BLOCK_N;
+        const bool tail = key0 + WS_BLOCK_N > w.s.len_k;
+        if (lane == 0) {
+            /* Stage st's previous tile (g - 2) released by both consumers. */
+            const uint32_t was = ((g >> 1) + 1) & 1;
+            if (g >= 2) mbar_wait(sm.k_empty + 8 * st, was);
+            mbar_arrive_expect_tx(sm.k_full + 8 * st, WS_KV_TILE);
+            for (int cb = 0; cb < 2; cb++)
+                tma_load_4d(sm.k + st * WS_KV_TILE + cb * WS_KV_BLOCK, k_map,
+                            sm.k_full + 8 * st, cb * 64, kv_y + key0, kv_h, kv_w);
+            if (g >= 2) mbar_wait(sm.v_empty + 8 * st, was);
+            const uint32_t vbar = tail ? sm.v_raw : sm.v_full + 8 * st;
+            mbar_arrive_expect_tx(vbar, WS_KV_TILE);
+            for (int cb = 0; cb < 2; cb++)
+                tma_load_4d(sm.v + st * WS_KV_TILE + cb * WS_KV_BLOCK, v_map, vbar, cb * 64,
+                            kv_y + key0, kv_h, kv_w);
+        }
+        __syncwarp();
+        if (tail) {
+            /* The one tile of the item reaching past the keys (its last):
+             * its rows there to zeros before the consumers may read it. */
+            mbar_wait(sm.v_raw, raw_phase);
+            raw_phase ^= 1;
+            zero_tail_rows<WS_D, 32, WS_BLOCK_N>(sm.v + st * WS_KV_TILE, w.s.len_k - key0,
+                                                 lane);
+            fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(sm.v_full + 8 * st);
+        }
+    }
+}
+
+/* The producer warp: the CTA's items drawn in turn and handed to the
+ * consumers (each item's successor drawn as it starts, so that the draw's
+ * round trip is hidden); for each live item, Q once both consumers are
+ * done with the previous item's, then its K and V tiles through the ring.
+ * g numbers the CTA's tiles across items, so that the ring's stages and
  * parities run on from one item into the next. */
 template <int MASK>
 static __device__ __forceinline__ void ws_produce(const attn_launch &a, const CUtensorMap *q_map,
@@ -447,7 +541,7 @@ static __device__ __forceinline__ void ws_produce(const attn_launch &a, const CU
                                                   const CUtensorMap *v_map)
 {
     const ws_layout sm = ws_layout_of();
-    const int row_blocks = ws_row_blocks(a), units = (int)attn_units(&a, row_blocks);
+    const int row_blocks = ws_row_blocks(a), items = row_blocks * a.heads * a.batch;
     const int lane = threadIdx.x & 31;
     if (lane == 0) {
         tma_prefetch_map(q_map);
@@ -456,59 +550,22 @@ static __device__ __forceinline__ void ws_produce(const attn_launch &a, const CU
     }
     int g = 0, live = 0;
     uint32_t raw_phase = 0;
-    int lin;
-    for (int t = 0; ws_walk(a, t, row_blocks, units, &lin); t++) {
-        if (lin < 0) continue;
+    for (int t = 0, lin = (int)blockIdx.x;; t++) {
+        if (lin >= items) lin = -1;
+        if constexpr (ws_draws<MASK>)
+            if (lane == 0) ws_work_put(sm, t, lin);
+        if (lin < 0) break;
+        int next = lin + (int)gridDim.x;
+        if constexpr (ws_draws<MASK>) next = lane == 0 ? attn_work_draw(&a) : 0;
         const ws_item w = ws_item_of<MASK>(&a, lin, row_blocks);
-        if (!ws_item_live(&w)) continue;
-        const int kv_y = w.s.k_row0, kv_h = w.s.kv_head, kv_w = a.cu_k ? 0 : w.b;
-        if (lane == 0) {
-            /* Buffer qb's previous item (live - 2) stored by both consumers. */
-            const int qb = live & 1;
-            const uint32_t q_full = sm.q_full + 8 * qb, q_dst = sm.q + qb * 2 * WS_Q_TILE;
-            if (live >= 2) mbar_wait(sm.q_empty + 8 * qb, ((live >> 1) + 1) & 1);
-            mbar_arrive_expect_tx(q_full, 2 * WS_Q_TILE);
-            const int q_w = a.cu_q ? 0 : w.b;
-#pragma unroll
-            for (int c = 0; c < 2; c++)
-#pragma unroll
-                for (int cb = 0; cb < 2; cb++)
-                    tma_load_4d(q_dst + c * WS_Q_TILE + cb * SM90_BLOCK_BYTES, q_map, q_full,
-                                cb * 64, w.s.q_row0 + w.row0 + c * 64, w.h, q_w);
+        if (ws_item_live(&w)) {
+            ws_produce_item(sm, w, a, q_map, k_map, v_map, live, g, raw_phase);
+            live++;
         }
-        for (int i = 0; i < w.n; i++, g++) {
-            const int st = g & 1, key0 = w.kbeg + i * WS_BLOCK_N;
-            const bool tail = key0 + WS_BLOCK_N > w.s.len_k;
-            if (lane == 0) {
-                /* Stage st's previous tile (g - 2) released by both consumers. */
-                const uint32_t was = ((g >> 1) + 1) & 1;
-                if (g >= 2) mbar_wait(sm.k_empty + 8 * st, was);
-                mbar_arrive_expect_tx(sm.k_full + 8 * st, WS_KV_TILE);
-                for (int cb = 0; cb < 2; cb++)
-                    tma_load_4d(sm.k + st * WS_KV_TILE + cb * WS_KV_BLOCK, k_map,
-                                sm.k_full + 8 * st, cb * 64, kv_y + key0, kv_h, kv_w);
-                if (g >= 2) mbar_wait(sm.v_empty + 8 * st, was);
-                const uint32_t vbar = tail ? sm.v_raw : sm.v_full + 8 * st;
-                mbar_arrive_expect_tx(vbar, WS_KV_TILE);
-                for (int cb = 0; cb < 2; cb++)
-                    tma_load_4d(sm.v + st * WS_KV_TILE + cb * WS_KV_BLOCK, v_map, vbar, cb * 64,
-                                kv_y + key0, kv_h, kv_w);
-            }
-            __syncwarp();
-            if (tail) {
-                /* The one tile of the item reaching past the keys (its last):
-                 * its rows there to zeros before the consumers may read it. */
-                mbar_wait(sm.v_raw, raw_phase);
-                raw_phase ^= 1;
-                zero_tail_rows<WS_D, 32, WS_BLOCK_N>(sm.v + st * WS_KV_TILE, w.s.len_k - key0,
-                                                     lane);
-                fence_proxy_async();
-                __syncwarp();
-                if (lane == 0) mbar_arrive(sm.v_full + 8 * st);
-            }
-        }
-        live++;
+        lin = __shfl_sync(PTX_FULL_WARP, next, 0);
     }
+    if constexpr (ws_draws<MASK>)
+        if (lane == 0) attn_work_done(&a);
 }
 
 /* The end of an item for one consumer: its output, normalised by the row
@@ -545,7 +602,7 @@ template <int BF16, int MASK, int MODS>
 static __device__ __forceinline__ void ws_consume(const attn_launch &a)
 {
     const ws_layout sm = ws_layout_of();
-    const int row_blocks = ws_row_blocks(a), units = (int)attn_units(&a, row_blocks);
+    const int row_blocks = ws_row_blocks(a);
     const int c = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int tq = lane & 3;
     const uint64_t q_desc = opaque(sw128_desc(sm.q + c * WS_Q_TILE, 16, 1024));
@@ -566,9 +623,14 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
     attn_seq ps;
     int p_row_w = 0, p_buf = 0, p_g = 0;
     int g0 = 0, live = 0;
-    int lin;
-    for (int t = 0; ws_walk(a, t, row_blocks, units, &lin); t++) {
-        if (lin < 0) continue;
+    const int items = row_blocks * a.heads * a.batch;
+    for (int t = 0;; t++) {
+        int lin = (int)blockIdx.x + t * (int)gridDim.x;
+        if constexpr (ws_draws<MASK>)
+            lin = ws_work_take(sm, t);
+        else if (lin >= items)
+            lin = -1;
+        if (lin < 0) break;
         const ws_item w = ws_item_of<MASK>(&a, lin, row_blocks);
         if (w.row0 >= w.s.store_rows) continue;
         if (!ws_item_live(&w)) {
@@ -755,6 +817,8 @@ __global__ void __launch_bounds__(384, 1)
             mbar_init(sm.v_full + 8 * st, 1);
             mbar_init(sm.k_empty + 8 * st, WS_CONSUMERS);
             mbar_init(sm.v_empty + 8 * st, WS_CONSUMERS);
+            mbar_init(sm.work_full + 8 * st, 1);
+            mbar_init(sm.work_empty + 8 * st, WS_CONSUMERS);
         }
         fence_mbar_init();
     }

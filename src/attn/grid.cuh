@@ -17,11 +17,14 @@
  * The order of attn_block_order (below) as a function of a linear index,
  * for kernels that walk work items in a loop (persistent CTAs): item lin of
  * steps row blocks per (head, batch entry) pair, 0 <= lin < steps * heads *
- * batch. Heavy-first: its sections and steps; otherwise row blocks fastest,
- * then heads, then batch entries (the 3-D grid's x, y, z).
+ * batch. Heavy-first: its sections and steps, the steps of a section walked
+ * from both ends inwards, or with descending from the heaviest to the
+ * lightest (the order in which persistent CTAs draw them, below); otherwise
+ * row blocks fastest, then heads, then batch entries (the 3-D grid's x, y,
+ * z).
  */
 static __device__ __forceinline__ void attn_item_order(const attn_launch *a, int lin, int steps,
-                                                       int *h, int *b, int *x)
+                                                       bool descending, int *h, int *b, int *x)
 {
     if (a->heavy_first) {
         const int pairs = a->heads * a->batch;
@@ -31,7 +34,10 @@ static __device__ __forceinline__ void attn_item_order(const attn_launch *a, int
         const int step = j / width, pair = first + j % width;
         *h = pair % a->heads;
         *b = pair / a->heads;
-        *x = (step & 1) ? step >> 1 : steps - 1 - (step >> 1);
+        if (descending)
+            *x = steps - 1 - step;
+        else
+            *x = (step & 1) ? step >> 1 : steps - 1 - (step >> 1);
     } else {
         const int pair = lin / steps;
         *x = lin - pair * steps;
@@ -62,7 +68,7 @@ static __device__ __forceinline__ void attn_block_order(const attn_launch *a, in
 {
     if (a->heavy_first) {
         const int pairs = a->heads * a->batch;
-        attn_item_order(a, (int)blockIdx.x, (int)(gridDim.x / (unsigned)pairs), h, b, x);
+        attn_item_order(a, (int)blockIdx.x, (int)(gridDim.x / (unsigned)pairs), false, h, b, x);
     } else {
         *x = blockIdx.x;
         *h = blockIdx.y;
@@ -117,54 +123,52 @@ static inline stof_status attn_grid_launch(const attn_launch *a, const void *fn,
 }
 
 /*
- * Persistent kernels (one CTA per SM) walk the items of attn_item_order in
- * units, unit u taken by CTA u mod the grid. Heavy-first, a unit is the
- * items at one position of steps 2j and 2j + 1: a heavy row block and its
- * light mirror, steps + 1 tiles together under causal, so that static
- * shares balance (within a unit of the mean), which striding the items
- * themselves does not: every gridDim.x-th item of the zigzag may fall on
- * heavy steps only (counting tiles on 132 SMs, causal (1, 32, 8192) in
- * 128-row blocks gave a CTA 1.29 times the mean, against 1.03 in units).
- * Otherwise a unit is one item. attn_units: how many a launch has of steps
- * row blocks a (head, batch entry) pair; attn_unit_item: the linear index
- * of item e (0 or 1) of unit u, -1 where it has none (the middle step of an
- * odd count stands alone, and so does an item outside heavy-first order).
+ * Persistent kernels (one CTA per SM) take the items of attn_item_order
+ * (heavy-first: descending) one at a time: CTA i its first, item i, then
+ * gridDim.x plus what it draws from a.work[0], a counter that every CTA
+ * adds one to, so that an SM takes the next item as it frees up and the
+ * lightest items come last (blockwise_ws_sm90.cu has the figures). A CTA
+ * that draws past the last item adds one to a.work[1]; the CTA that makes
+ * it gridDim.x zeroes both for the next launch given the same pair (the
+ * context hands its pairs out in turn: core.h). Each CTA's draws come after
+ * its stof_grid_wait, so that a launch never draws before the one before it
+ * on the stream has finished. A kernel whose items all cost the same may
+ * take every gridDim.x-th instead and leave a.work alone.
  */
-static inline __host__ __device__ int64_t attn_units(const attn_launch *a, int64_t steps)
+static __device__ __forceinline__ int attn_work_draw(const attn_launch *a)
 {
-    const int64_t pairs = (int64_t)a->heads * a->batch;
-    return a->heavy_first ? pairs * ((steps + 1) / 2) : pairs * steps;
+    return atomicAdd(a->work, 1) + (int)gridDim.x;
 }
 
-static __device__ __forceinline__ int attn_unit_item(const attn_launch *a, int u, int e, int steps)
+static __device__ __forceinline__ void attn_work_done(const attn_launch *a)
 {
-    if (!a->heavy_first) return e == 0 ? u : -1;
-    const int pairs = a->heads * a->batch, per_u = a->section * ((steps + 1) / 2);
-    const int sec = u / per_u, j = u - sec * per_u;
-    const int first = sec * a->section, width = min(a->section, pairs - first);
-    const int step = 2 * (j / width) + e;
-    return step < steps ? sec * a->section * steps + step * width + j % width : -1;
+    __threadfence(); /* this CTA's last draw precedes its count */
+    if (atomicAdd(a->work + 1, 1) == (int)gridDim.x - 1) {
+        a->work[0] = 0;
+        a->work[1] = 0;
+    }
 }
 
 /* Launches a persistent kernel fn of threads threads on a 1-D grid of one
  * CTA per SM (a->sms, the context's count), or fewer where there are fewer
- * units (above) of row_blocks row blocks a (head, batch entry) pair. */
+ * items (row_blocks row blocks a (head, batch entry) pair), drawing from
+ * a->work (above). */
 static inline stof_status attn_persistent_launch(const attn_launch *a, const void *fn,
                                                  int64_t row_blocks, int threads, size_t smem,
                                                  cudaStream_t stream, void **args)
 {
-    const int64_t items = row_blocks * a->heads * a->batch, units = attn_units(a, row_blocks);
+    const int64_t items = row_blocks * a->heads * a->batch;
     const int sms = a->sms;
-    STOF_REQUIRE(sms >= 1, STOF_ERR_INTERNAL, "persistent attention: the launch names %d SMs",
-                 sms);
-    /* The kernel's unit index steps by the grid past the last unit. */
-    STOF_REQUIRE(items < INT32_MAX && units + sms < INT32_MAX &&
-                     (!a->heavy_first || a->section >= 1),
+    STOF_REQUIRE(sms >= 1 && a->work, STOF_ERR_INTERNAL,
+                 "persistent attention: the launch names %d SMs%s", sms,
+                 a->work ? "" : " and no work counter");
+    /* A draw's result plus the grid stays an int. */
+    STOF_REQUIRE(items + sms < INT32_MAX && (!a->heavy_first || a->section >= 1),
                  STOF_ERR_UNSUPPORTED,
                  "persistent attention: %lld work items (row blocks x heads x batch); at most "
                  "2^31 - 1 less the SMs",
                  (long long)items);
-    const int64_t ctas = units < sms ? units : sms;
+    const int64_t ctas = items < sms ? items : sms;
     if (ctas < 1) return STOF_OK;
     STOF_CUDA_TRY(
         stof_launch_pdl(a->pdl != 0, fn, dim3((unsigned)ctas), dim3(threads), args, smem, stream));

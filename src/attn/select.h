@@ -228,7 +228,7 @@ int64_t attn_sm90_smem_bytes(int head_dim, int block_m);
  * modifier, ALiBi, a soft cap or both (mods <= ATTN_MODS_ALIBI_CAP); its
  * persistent CTA holds two Q buffers of two 64-row tiles (which also stage
  * the output), two 128-key stages of K and V, 1024 bytes to align them, its
- * mbarriers (128 bytes) and its consumers' modifiers (128). */
+ * mbarriers (128 bytes), its consumers' modifiers and its item ring (128). */
 #define ATTN_WS_SMEM_BYTES (4 * 64 * 128 * 2 + 4 * 128 * 128 * 2 + 1024 + 256)
 int attn_ws_serves(int head_dim, int analytic, int mods);
 /* attn_problem.analytic: whether the warp-specialised kernel walks this mask

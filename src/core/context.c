@@ -85,6 +85,12 @@ stof_status stof_host_calloc(size_t count, size_t size, void **out)
     return STOF_OK;
 }
 
+int *stof_ctx_work_counter(stof_ctx *ctx)
+{
+    if (!ctx->work_counters) return NULL;
+    return ctx->work_counters + 2 * (ctx->work_turn++ % STOF_WORK_SLOTS);
+}
+
 #if !STOF_HAVE_CUDA
 /* ---- a CPU-only build: no GPU context can exist, so these are reached only
  * by asking for one (or by internal misuse, which they report). */

@@ -62,6 +62,9 @@ stof_status stof_ctx_init_gpu(stof_ctx *ctx, const stof_ctx_params *p)
         (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
     }
     (void)cudaGetLastError();
+    const size_t counters = 2 * STOF_WORK_SLOTS * sizeof(int);
+    STOF_CUDA_TRY(cudaMalloc((void **)&ctx->work_counters, counters));
+    STOF_CUDA_TRY(cudaMemset(ctx->work_counters, 0, counters));
     if (p->workspace_bytes) {
         void *ws;
         STOF_TRY(stof_ctx_workspace(ctx, p->workspace_bytes, &ws));
@@ -74,6 +77,7 @@ void stof_ctx_release_gpu(stof_ctx *ctx)
     cudaStream_t s = (cudaStream_t)ctx->stream;
     if (s) (void)cudaStreamSynchronize(s);
     if (ctx->ws) (void)cudaFree(ctx->ws);
+    if (ctx->work_counters) (void)cudaFree(ctx->work_counters);
     if (ctx->cublaslt && ctx->cublaslt_destroy) ctx->cublaslt_destroy(ctx->cublaslt);
     if (ctx->own_stream && s) (void)cudaStreamDestroy(s);
     (void)cudaGetLastError();

@@ -74,9 +74,19 @@ struct stof_ctx {
     /* device workspace (one block, grown outside a forward) */
     void *ws;
     size_t ws_bytes;
+    /* Work counters of persistent kernels, which take their items from one
+     * (grid.cuh): STOF_WORK_SLOTS of two ints, zero between launches (each
+     * launch's last CTA zeroes its own), handed out in turn so that launches
+     * in flight on different streams (up to that many) use different ones. */
+    int *work_counters;
+    unsigned work_turn;
     void *cublaslt; /* src/fuse state (cuBLASLt handle + plan cache), created on first use; opaque elsewhere */
     void (*cublaslt_destroy)(void *handle);
 };
+
+#define STOF_WORK_SLOTS 64
+/* The next launch's work counter pair (a device pointer; NULL on a CPU ctx). */
+int *stof_ctx_work_counter(stof_ctx *ctx);
 
 /* The GPU side of a context (context_gpu.c; in a CPU-only build, errors
  * saying that the build has no CUDA). */
