@@ -109,13 +109,14 @@
  * CTA an item (bench/results/attention-ab-2026-11-26-h100.txt): no case
  * moved beyond the 2-5% that the order of the runs moves it; it stays for
  * the prologue it hides where rows are short. Against cuDNN's SDPA in
- * compare_attention.py's suite B, both timed round-robin in one loop
- * (bench/results/attention-suite-b-partial-2026-11-26-h100.txt): 0.99-1.00
- * of its speed dense at 4096-8192 keys, 1.04-1.06 causal and GQA causal at
- * 4096-8192, 0.975 on GQA causal (8, 32, 2048), where it read 0.91 before
- * the items were pipelined. The dense gap is not the grid's last round of
- * items: at item counts that fill it exactly (heads 33 for 32) the ratio to cuDNN
- * is the same, and cuDNN runs 132 persistent CTAs too. Nsight Compute on
+ * compare_attention.py's suite B on an H100, both timed round-robin in one
+ * loop (bench/results/attention-2026-11-27-h100.json): 0.990-1.000 of its
+ * speed dense at 4096-8192 keys, 1.058-1.088 causal and GQA causal at
+ * 4096-8192, 0.996 on GQA causal (8, 32, 2048), where it read 0.91 before
+ * the items were pipelined and 0.975 before they were drawn. The dense gap
+ * is not the grid's last round of items: at item counts that fill it
+ * exactly (heads 33 for 32) the ratio to cuDNN is the same, and cuDNN runs
+ * 132 persistent CTAs too. Nsight Compute on
  * dense (4, 16, 4096) finds the same wgmma count in 1.07x cuDNN's cycles,
  * with fewer instructions: the tensor pipe busy 69% of the time against
  * 73%, the gap being when the warpgroups' products are issued, not how
