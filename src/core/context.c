@@ -88,7 +88,8 @@ stof_status stof_host_calloc(size_t count, size_t size, void **out)
 int *stof_ctx_work_counter(stof_ctx *ctx)
 {
     if (!ctx->work_counters) return NULL;
-    return ctx->work_counters + 2 * (ctx->work_turn++ % STOF_WORK_SLOTS);
+    const unsigned turn = __atomic_fetch_add(&ctx->work_turn, 1u, __ATOMIC_RELAXED);
+    return ctx->work_counters + 2 * (turn % STOF_WORK_SLOTS);
 }
 
 #if !STOF_HAVE_CUDA
