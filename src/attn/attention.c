@@ -501,7 +501,7 @@ static void fill_launch(const attn_shape *s, const stof_tensor *q, const stof_te
  * `share` of the L2 each (the L2 also holds Q, the outputs and the mask, and
  * on Hopper is two partitions that may both hold a line), balanced, in whole
  * kv-head groups: half for the CTAs the hardware starts in order, three
- * quarters for the warp-specialised kernel's drawn items (below). */
+ * quarters for the warp-specialised kernel's drawn items (at the call). */
 static int l2_section(const stof_ctx *ctx, const attn_launch *a, double share)
 {
     const int pairs = a->heads * a->batch;
@@ -587,19 +587,19 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
     fill_launch(&s, q, k, v, out, mask, cu_seqlens_q, cu_seqlens_k, &a);
     a.pdl = ctx->cc_major >= 9;
     a.heavy_first = stof_mask_estimate_view(mask)->row_imbalance > ATTN_HEAVY_FIRST_IMBALANCE;
-    a.section = l2_section(ctx, &a, 0.5);
+    /* The warp-specialised kernel's items are drawn heaviest first
+     * (grid.cuh): on an H200 (60 MB of L2), cuDNN's time over the kernel's at
+     * causal (1, 32, 8192) read 1.10-1.12 in sections of three quarters of
+     * the L2, 1.055 of half and 1.03 of a quarter; at (4, 16, 4096)
+     * 1.07-1.08, 1.065 and 0.99
+     * (bench/results/attention-ws-draw-2026-11-26-h200.txt). */
+    a.section = l2_section(ctx, &a, ch.kernel == STOF_ATTN_BLOCKWISE_SM90_WS ? 0.75 : 0.5);
     a.sms = ctx->sm_count;
     if (ch.kernel == STOF_ATTN_BLOCKWISE)
         return attn_blockwise_run(&a, ch.warps, ch.block_m, ctx->stream);
     if (ch.kernel == STOF_ATTN_BLOCKWISE_SM90_WS) {
 #ifdef STOF_HAVE_ATTN_SM90
         a.work = stof_ctx_work_counter(ctx);
-        /* Its items drawn heaviest first (grid.cuh): on an H200 (60 MB of
-         * L2), cuDNN's time over the kernel's at causal (1, 32, 8192) read
-         * 1.10-1.12 in sections of three quarters of the L2, 1.055 of half
-         * and 1.03 of a quarter; at (4, 16, 4096) 1.07-1.08, 1.065 and 0.99
-         * (bench/results/attention-ws-draw-2026-11-26-h200.txt). */
-        a.section = l2_section(ctx, &a, 0.75);
         return attn_ws_sm90_run(&a, ctx->stream);
 #else
         return stof_error(STOF_ERR_UNSUPPORTED,
