@@ -19,8 +19,9 @@
  * visible key must come back as exact zeros. Long rows are checked on a sample of query rows.
  * STOF_TEST_MAX_L=N skips cases longer than N (the sanitizer's subset);
  * STOF_TEST_WS_ONLY=1 runs ws_sweep and ws_multi_sweep alone, under AUTO and with the
- * warp-specialised kernel forced only (the sanitizers' case). A fourth sweep
- * (t5_sweep) covers every path of the T5 bias.
+ * warp-specialised kernel forced only (the sanitizers' case);
+ * STOF_TEST_T5_ONLY=1 runs t5_sweep alone. A fourth sweep (t5_sweep) covers
+ * every path of the T5 bias.
  */
 #include "attn/attn.h"
 #include "cpu/cpu_ref.h"
@@ -477,11 +478,15 @@ static void shape_dense_case(dcase *c, int heads, int L, int offset_kind, bool c
     }
 }
 
-/* T5 biases on every path of mods.cuh's attn_t5_bias, under AUTO,
- * block-wise forced and sm_90 forced: warp blocks wholly past -max_distance
- * or +max_distance (one constant a block), blocks inside (unclamped loads),
- * blocks across an end or, where max_distance is small (8, 16), across
- * both (clamped); max_distance 8, 16, 128, 200; full
+/* T5 biases on every path of mods.cuh, under AUTO, block-wise forced and
+ * sm_90 forced. The sm_90 kernel's T5 path: warpgroup blocks wholly past
+ * -max_distance or +max_distance (folded), blocks whose warps lie on both
+ * sides of such an end (the table's padding) and blocks inside; a quarter
+ * of the cases carry a soft cap too, which sends them to the general
+ * modifier variant and its attn_t5_bias: warp blocks wholly past an end
+ * (one constant a block), blocks inside (unclamped loads), blocks across an
+ * end or, where max_distance is small (8, 16), across both (clamped);
+ * max_distance 8, 16, 128, 200; full
  * and causal masks, bidirectional and unidirectional buckets on each; L in
  * {1, 17, 128, 1000}; Lq = Lk, Lq < Lk bottom-right and top-left; one length
  * and per-entry lengths (padded); head dims 64 and 128; MHA, GQA 4:1, MQA;
@@ -513,6 +518,7 @@ static void t5_sweep(void)
                 c.t5_buckets = c.t5_maxd <= 16 ? c.t5_maxd : 32;
                 c.t5_bidir = n % 4 == 2 ? causal : !causal;
                 c.bias_amp = n % 4 == 1 ? 12.0f : 3.0f;
+                c.softcap = n % 8 == 3 || n % 8 == 6 ? 20.0f : 0.0f;
                 c.sm90_too = true;
                 run_case(&c);
             }
@@ -659,15 +665,16 @@ int main(void)
     CHECK_OK(stof_ctx_create(&cp, &ctx));
     if (!ctx) return test_finish("test_attn_gpu_decoder");
     ws_only = getenv("STOF_TEST_WS_ONLY") != NULL;
+    const bool t5_only = getenv("STOF_TEST_T5_ONLY") != NULL;
 #ifdef STOF_HAVE_ATTN_SM90
     ws_here = ctx->cc_major == 9 && ctx->cc_minor == 0;
 #endif
-    if (!ws_only) {
-        sweep();
-        t5_sweep();
+    if (!ws_only && !t5_only) sweep();
+    if (!ws_only) t5_sweep();
+    if (!t5_only) {
+        ws_sweep();
+        ws_multi_sweep();
     }
-    ws_sweep();
-    ws_multi_sweep();
     printf("test_attn_gpu_decoder: %d runs, %d forced runs skipped (kernel cannot serve)\n",
            runs_done, runs_skipped);
     stof_ctx_destroy(ctx);

@@ -29,6 +29,8 @@ extern "C" {
  * 2 * max_distance + 1 biases sits in shared memory). */
 #define ATTN_T5_MAX_LEVELS 64
 #define ATTN_T5_MAX_DISTANCE 2048
+/* The most buckets such a table has: levels + 1 + exact (levels + 1) a direction. */
+#define ATTN_T5_MAX_BUCKETS (4 * (ATTN_T5_MAX_LEVELS + 1))
 
 /* The score modifiers of one launch (stof.h's bias_kind and softcap). */
 typedef struct attn_mods {

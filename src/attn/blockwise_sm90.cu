@@ -203,7 +203,7 @@ static __device__ __forceinline__ void wgmma_rs_kmajor_n64(float (&d)[32], const
         SM90_RS_N64("f16", "0", accumulate);
 }
 
-/* S = Q K^T for one warpgroup: D / 16 k-steps, Q from registers (qf[ks]:
+/* S = Q K^T (onto: S += Q K^T) for one warpgroup: D / 16 k-steps, Q from registers (qf[ks]:
  * the A fragment of k-step ks, loaded once from the Q tile), K read through
  * its K-major descriptor k; a step moves 32 bytes along a 128-byte row, four
  * steps cross into the next column block. Q in registers halves the
@@ -211,12 +211,12 @@ static __device__ __forceinline__ void wgmma_rs_kmajor_n64(float (&d)[32], const
  * k16 step of every tile). */
 template <int D, int BF16>
 static __device__ __forceinline__ void issue_scores(float (&s)[32], const uint32_t (&qf)[D / 16][4],
-                                                    uint64_t k)
+                                                    uint64_t k, bool onto = false)
 {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++) {
         const uint32_t off = (uint32_t)((ks >> 2) * SM90_BLOCK_BYTES + (ks & 3) * 32);
-        wgmma_rs_kmajor_n64<BF16>(s, qf[ks], desc_at(k, off), ks > 0);
+        wgmma_rs_kmajor_n64<BF16>(s, qf[ks], desc_at(k, off), ks > 0 || onto);
     }
 }
 
@@ -290,6 +290,14 @@ static __device__ __forceinline__ void sign_and_mask(float (&s)[32], bool masked
     if (masked) mask_scores(s, w[0] >> shift, w[1] >> shift);
 }
 
+/* x added to every score (-inf stays -inf). */
+static __device__ __forceinline__ void add_all(float (&s)[32], float x)
+{
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        s[i] += x;
+}
+
 /* Largest probability a tile may reach against settled row maxima, as a
  * 16-bit pattern (fp16 or bf16 256): a tile whose scores pass the running
  * maximum of their row by more than 8 / scale is taken again by the full
@@ -320,11 +328,12 @@ static __device__ __forceinline__ void sign_and_mask(float (&s)[32], bool masked
  * takes the tile again through softmax_tile, whose new maximum rescales O as
  * before. sum: this tile's per-thread row sums when SUMS.
  */
-template <bool SUMS>
+template <bool SUMS, bool FOLD = false>
 static __device__ __forceinline__ void exp_settled(float (&s)[32], float scale, const float (&m)[2],
-                                                   float (&sum)[2])
+                                                   float (&sum)[2], float fold = 0.0f)
 {
-    const float base[2] = {m[0] * scale, m[1] * scale};
+    const float base[2] = {FOLD ? (m[0] - fold) * scale : m[0] * scale,
+                           FOLD ? (m[1] - fold) * scale : m[1] * scale};
     exp_tile<SUMS>(s, scale, base, sum);
 }
 
@@ -392,11 +401,18 @@ static __device__ __forceinline__ bool warp_settled(const float (&m)[2])
  * 196 and the SM two), at 128 two (240 registers). Three against two, T5
  * bias on an H200, (8, 12, 512, 64) full: 0.034 against 0.041 ms, causal
  * 0.029 against 0.035, (4, 12, 2048, 64): 0.182 against 0.221; four (128
- * registers, 150-220 bytes of spills) were 5-15% slower than three. */
+ * registers, 150-220 bytes of spills) were 5-15% slower than three. The T5
+ * path (MODS 2) at four (128 registers, 52-96 bytes of spills), on an H100,
+ * time over the same call without a bias: (8, 12, 512, 64) full 1.326
+ * against 1.263 at three, causal 1.324 against 1.328, (4, 12, 2048, 64)
+ * full 1.181 against 1.256. */
 #define SM90_MIN_CTAS_M(D, WG, MODS) ((MODS) ? ((D) == 64 ? 3 : 2) : SM90_MIN_CTAS(D, WG))
 
-/* MODS: scores go through mods.cuh's modifiers (soft cap, position bias) in
- * raw units, before the sign and the mask, wherever they are computed. */
+/* MODS 1: scores go through mods.cuh's modifiers (soft cap, position bias)
+ * in raw units, before the sign and the mask, wherever they are computed.
+ * MODS 2: a T5 bias alone (no cap, no split) on mods.cuh's T5 path: the
+ * bias goes into the score product's accumulators before the product, or
+ * into the exponentials' reference where a block has one bias (fold). */
 template <int D, int WG, int BF16, bool ALL, int MODS>
 __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     attn_blockwise_sm90_kernel(const attn_launch a, const __grid_constant__ CUtensorMap k_map,
@@ -460,11 +476,19 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
         cp_async_commit();
     }
     /* The modifiers' context; a T5 table lands after the mbarriers, published
-     * by the prologue's barrier. */
+     * by the prologue's barrier. The T5 path's column of biases comes in
+     * beside Q, its table is laid out after that barrier. */
+    constexpr bool T5 = MODS == 2;
+    float *const tab_smem = (float *)(smem_raw + (bar0 + 64 - smem_addr(smem_raw)));
     attn_mod_ctx mc;
-    if constexpr (MODS)
-        mc = attn_mod_setup(&a, &s, b, h, (float *)(smem_raw + (bar0 + 64 - smem_addr(smem_raw))),
-                            THREADS, a.scale != 0.0f ? 1.0f / a.scale : 0.0f);
+    if constexpr (MODS == 1)
+        mc = attn_mod_setup(&a, &s, b, h, tab_smem, THREADS,
+                            a.scale != 0.0f ? 1.0f / a.scale : 0.0f);
+    if constexpr (T5) {
+        attn_t5_fetch(&a.mods, s.head, tab_smem + 2 * attn_t5_copy_floats(a.mods.t5_max_distance),
+                      THREADS);
+        cp_async_commit();
+    }
 
     const uint32_t q_tile = sq + wg * TILE;
     /* Row of this thread's accumulator row g inside the mask tile (for the bitmap). */
@@ -473,9 +497,11 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     const bool negate = a.scale_log2 < 0.0f;
     const float scale = fabsf(a.scale_log2);
     float head = 0.0f; /* SM90_BIAS_HEAD in raw units, for a table's bias */
-    if constexpr (MODS)
+    if constexpr (MODS == 1)
         if ((mc.kind == STOF_BIAS_T5 || mc.kind == STOF_BIAS_TENSOR) && scale > 0.0f)
             head = SM90_BIAS_HEAD / scale;
+    if constexpr (T5)
+        if (scale > 0.0f) head = SM90_BIAS_HEAD / scale;
     /* Descriptors of K and V buffer 0; buffer 1 lies TILE
      * bytes further. */
     const uint64_t k_desc = opaque(sw128_desc(sk, 16, 1024));
@@ -565,6 +591,12 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();
+    if constexpr (T5) {
+        const int nt = 2 * attn_t5_copy_floats(a.mods.t5_max_distance);
+        attn_t5_build(&a.mods, tab_smem, tab_smem + nt, a.scale != 0.0f ? 1.0f / a.scale : 0.0f,
+                      THREADS);
+        __syncthreads();
+    }
     int bits_next = !ALL && n > 1 ? t->bits[entry(1)] : -1;
     int col_after = !ALL && n > 2 ? t->col[entry(2)] : 0;
     int key0_prev = col * SM90_BLOCK_N;
@@ -600,15 +632,28 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
             st_shared_fill16(q_tile + warp * 2048 + (lane + c * 32) * 16, one2);
         fence_proxy_async(); /* published to wgmma by the barrier before the first P V */
     }
+    /* T5: the tile's bias goes into the accumulators before the product,
+     * or (folded) into the exponentials' reference; fold is in the units
+     * after the sign. */
+    attn_t5_view t5v;
+    bool folded = false;
+    float fold = 0.0f;
+    if constexpr (T5) {
+        t5v = attn_t5_view_of(&a.mods, tab_smem, row_g, row0 + wg * SM90_SUB_ROWS,
+                              a.tiles.align_end ? s.len_k - s.len_q : 0);
+        folded = attn_t5_tile<false>(sc, t5v, a.mods.t5_max_distance, col * SM90_BLOCK_N, fold);
+        fold = negate ? -fold : fold;
+    }
     mbar_wait(bar0, 0);
     wgmma_fence();
-    issue_scores<D, BF16>(sc, qf, k_desc);
+    issue_scores<D, BF16>(sc, qf, k_desc, T5 && !folded);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(sc);
-    if constexpr (MODS)
+    if constexpr (MODS == 1)
         attn_apply_mods<8>(*(float(*)[8][4])sc, mc, row_g, col * SM90_BLOCK_N + 2 * (lane & 3));
     sign_and_mask(sc, masked, w, shift, negate);
+    if (T5 && folded) add_all(sc, fold);
     softmax_tile<SUMS>(sc, scale, m, alpha, sum, head);
     if constexpr (SUMS) {
         l[0] = sum[0];
@@ -627,6 +672,11 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
             col_next = col_after;
         }
         const int key0 = col * SM90_BLOCK_N;
+        if constexpr (T5) {
+            fold = 0.0f;
+            folded = attn_t5_tile<false>(sc, t5v, a.mods.t5_max_distance, key0, fold);
+            fold = negate ? -fold : fold;
+        }
 
         /* Stage i landed: K_i and V_{i-1} (with its rows past the keys
          * zeroed); every warpgroup is done with K_{i-1} (its S was waited
@@ -643,19 +693,19 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
         if (masked) tile_words(t, bits, tile_row, key0, s.len_k, w);
 
         wgmma_fence();
-        issue_scores<D, BF16>(sc, qf, desc_at(k_desc, (i & 1) * TILE));
+        issue_scores<D, BF16>(sc, qf, desc_at(k_desc, (i & 1) * TILE), T5 && !folded);
         wgmma_commit();
         issue_pv<D, BF16>(o, p, v_desc_of(i - 1));
         wgmma_commit();
         wgmma_wait<1>(); /* S_i landed; P_{i-1} V_{i-1} may still run */
         reg_fence(sc);
-        if constexpr (MODS)
+        if constexpr (MODS == 1)
             attn_apply_mods<8>(*(float(*)[8][4])sc, mc, row_g, key0 + 2 * (lane & 3));
         sign_and_mask(sc, masked, w, shift, negate);
         /* Settled rows exponentiate while P_{i-1} V_{i-1} runs: the branch
          * ends the basic block, and ptxas hoists the wait below no further
          * than to the top of its own. */
-        if (settled) exp_settled<SUMS>(sc, scale, m, sum);
+        if (settled) exp_settled<SUMS, T5>(sc, scale, m, sum, fold);
         wgmma_wait<0>(); /* P's registers are rewritten from here on */
         reg_fence(o);
         bool full = !settled;
@@ -666,8 +716,12 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
                  * again (the exponentials replaced them), for the full
                  * softmax with a new maximum. */
                 warp_scores<D, BF16>(sc, qf, sk + (i & 1) * TILE, lane);
-                if constexpr (MODS)
+                if constexpr (MODS == 1)
                     attn_apply_mods<8>(*(float(*)[8][4])sc, mc, row_g, key0 + 2 * (lane & 3));
+                if constexpr (T5) {
+                    float same;
+                    attn_t5_tile<true>(sc, t5v, a.mods.t5_max_distance, key0, same);
+                }
                 sign_and_mask(sc, masked, w, shift, negate);
             } else if constexpr (SUMS) {
                 l[0] += sum[0];
@@ -675,6 +729,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
             }
         }
         if (full) {
+            if (T5 && folded) add_all(sc, fold);
             softmax_tile<SUMS>(sc, scale, m, alpha, sum, head);
             rescale_o<D>(o, alpha);
             if constexpr (SUMS) {
@@ -710,7 +765,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
 /* ---------------------------------------------------------------- host */
 
 /* Every instantiation: head dims 64 and 128, one or two warpgroups, fp16 and
- * bf16, masks with a tile list and all-visible ones. */
+ * bf16, masks with a tile list and all-visible ones; one warpgroup with the
+ * general modifiers (1) and with the T5 path (2). */
 typedef void (*sm90_kernel_fn)(const attn_launch, const CUtensorMap, const CUtensorMap);
 typedef struct sm90_variant {
     int head_dim, wg, bf16, all, mods;
@@ -726,13 +782,18 @@ typedef struct sm90_variant {
 // clang-format on
 static const sm90_variant sm90_variants[] = {SM90_VARIANT(64, 1),      SM90_VARIANT(64, 2),
                                              SM90_VARIANT(128, 1),     SM90_VARIANT(128, 2),
-                                             SM90_VARIANT_M(64, 1, 1), SM90_VARIANT_M(128, 1, 1)};
+                                             SM90_VARIANT_M(64, 1, 1), SM90_VARIANT_M(128, 1, 1),
+                                             SM90_VARIANT_M(64, 1, 2), SM90_VARIANT_M(128, 1, 2)};
 #define SM90_NVARIANTS ((int)(sizeof sm90_variants / sizeof sm90_variants[0]))
 
-/* The opt-in of a modifier variant covers the largest T5 table. */
+/* The opt-in of a modifier variant covers the largest T5 table (the T5
+ * path's: both copies and the column). */
 static int variant_smem(const sm90_variant *v)
 {
-    const int64_t table = v->mods ? ((2 * ATTN_T5_MAX_DISTANCE + 1) * 4 + 15) & ~15 : 0;
+    const int64_t table =
+        v->mods >= 2 ? (int64_t)attn_t5_smem_bytes(ATTN_T5_MAX_DISTANCE, ATTN_T5_MAX_BUCKETS)
+        : v->mods    ? ((2 * ATTN_T5_MAX_DISTANCE + 1) * 4 + 15) & ~15
+                     : 0;
     return (int)(attn_sm90_smem_bytes(v->head_dim, 64 * v->wg) + table);
 }
 
@@ -754,7 +815,9 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
         "warps and 64-row blocks, or on 128x64 tiles with 8 warps and 128-row blocks)",
         a->head_dim, warps, block_m, a->tiles.tile_m, a->tiles.tile_n);
     const int wg = warps / 4, all = a->tiles.all_visible && a->split == 1;
-    const int mods = a->mods.bias_kind != STOF_BIAS_NONE || a->mods.softcap > 0.0f;
+    /* modifiers: 1 the general variant, 2 a T5 bias alone on the T5 path */
+    int mods = a->mods.bias_kind != STOF_BIAS_NONE || a->mods.softcap > 0.0f;
+    if (a->mods.bias_kind == STOF_BIAS_T5 && a->mods.softcap <= 0.0f && a->split == 1) mods = 2;
     STOF_REQUIRE(!mods || wg == 1, STOF_ERR_UNSUPPORTED,
                  "sm_90 attention with a bias or soft cap runs one warpgroup (asked: %d)", wg);
     const sm90_variant *v = NULL;
@@ -775,7 +838,9 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
     STOF_TRY(encode_kv(&v_map, "v", a, a->v, a->v_sb, a->v_sh, a->v_sp, SM90_SUB_ROWS));
     void *args[3] = {(void *)a, (void *)&k_map, (void *)&v_map};
     const size_t smem =
-        (size_t)attn_sm90_smem_bytes(a->head_dim, block_m) + attn_mods_smem_bytes(&a->mods);
+        (size_t)attn_sm90_smem_bytes(a->head_dim, block_m) +
+        (mods >= 2 ? attn_t5_smem_bytes(a->mods.t5_max_distance, a->mods.t5_num_buckets)
+                   : attn_mods_smem_bytes(&a->mods));
     return attn_block_launch(a, (const void *)v->fn, block_m, 128 * wg, smem, (cudaStream_t)stream,
                              args);
 }

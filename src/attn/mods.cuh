@@ -11,7 +11,10 @@
  * GPU and the CPU agree bucket for bucket (a logf on either side could tip a
  * boundary); each CTA then lays out its head's bias for every relative
  * position in [-max_distance, max_distance] in shared memory, and a score
- * pays one clamped shared-memory load.
+ * pays one clamped shared-memory load. The sm_90 kernel's T5 path (a T5
+ * bias alone, below attn_t5_bias) takes the same buckets from the same
+ * thresholds into a wider table, and its scores pay no instruction of their
+ * own: the bias enters the score product as its starting accumulators.
  */
 #ifndef STOF_ATTN_MODS_CUH
 #define STOF_ATTN_MODS_CUH
@@ -170,6 +173,120 @@ static __device__ __forceinline__ void attn_t5_bias(float (&s)[NB][4], const att
             for (int e = 0; e < 4; e++)
                 s[j][e] = fmaf(s[j][e], k, tab[min(max(base + ATTN_MOD_DELTA(j, e), -c.maxd), c.maxd)]);
     }
+}
+
+/*
+ * The T5 path of the sm_90 kernel's T5 variant (a T5 bias alone: no cap, no
+ * split). Its table is laid out once a CTA from the head's column of biases
+ * (attn_t5_fetch, copied beside Q) and reaches ATTN_T5_PAD positions past
+ * -max_distance and max_distance, the ends repeated, so that no block of a
+ * warpgroup's 64 rows and 64 keys that is not wholly past one of them needs
+ * a clamp. It comes in two copies,
+ * the second one position ahead of the first: the two scores of a thread at
+ * keys 2t and 2t + 1 then take one aligned 8-byte load, from the copy that
+ * the parity of the thread's relative position picks. The bias goes into the
+ * accumulators of the score product before it is issued, off the path from
+ * the scores to the exponentials; a block wholly past -max_distance or
+ * max_distance has one bias, which the caller folds into the exponentials'
+ * reference instead. That choice is the warpgroup's, not the warp's: the
+ * product's flag that makes it add onto its accumulators is one for the
+ * warpgroup.
+ */
+#define ATTN_T5_PAD 128 /* > the span of a warpgroup block's relative positions: 63 + 63 */
+
+/* Floats of one copy of the table: positions -half .. half, half =
+ * max_distance + ATTN_T5_PAD, and one more, so that the second copy starts
+ * 8-byte aligned. */
+static __host__ __device__ __forceinline__ int attn_t5_copy_floats(int max_distance)
+{
+    return 2 * (max_distance + ATTN_T5_PAD) + 2;
+}
+
+/* Bytes of shared memory the T5 path takes after the K/V stages: both
+ * copies, then the column of num_buckets biases. */
+static inline size_t attn_t5_smem_bytes(int max_distance, int num_buckets)
+{
+    return ((2 * (size_t)attn_t5_copy_floats(max_distance) + (size_t)num_buckets) * sizeof(float) +
+            15u) &
+           ~(size_t)15u;
+}
+
+/* The head's biases by bucket into col (shared memory), as cp.async copies
+ * of the calling thread: its caller commits and waits for them. */
+static __device__ __forceinline__ void attn_t5_fetch(const attn_mods *m, int head, float *col,
+                                                     int threads)
+{
+    const float *f = (const float *)m->bias + (int64_t)head * m->bias_st[1];
+    for (int k = threadIdx.x; k < m->t5_num_buckets; k += threads)
+        cp_async4(smem_addr(col + k), f + (int64_t)k * m->bias_st[0]);
+}
+
+/* Both copies of the table from the column (published to every thread
+ * before; the caller synchronises after), in the kernel's raw units (out:
+ * 1 / the softmax scale). */
+static __device__ __forceinline__ void attn_t5_build(const attn_mods *m, float *tab,
+                                                     const float *col, float out, int threads)
+{
+    const int maxd = m->t5_max_distance, half = maxd + ATTN_T5_PAD;
+    const int n = attn_t5_copy_floats(maxd);
+    const int below = attn_t5_bucket(-maxd, m), above = attn_t5_bucket(maxd, m);
+    for (int i = threadIdx.x; i < n; i += threads) {
+        const int r = i - half;
+        const float v = out * col[r <= -maxd ? below : r >= maxd ? above : attn_t5_bucket(r, m)];
+        tab[i] = v;
+        if (i > 0) tab[n + i - 1] = v;
+    }
+}
+
+/* A thread's view of the table. rel(key0, j, e) of its score e of n-block j
+ * in the tile at key0 is key0 + ti - half + ATTN_MOD_DELTA(j, e); the
+ * warpgroup's relative positions span key0 + wi - 63 .. key0 + wi + 63. */
+typedef struct attn_t5_view {
+    const float *copy; /* the copy whose 8-byte words start at the thread's pairs */
+    const float *tab;  /* the first copy: the bias of rel r at tab[r + half] */
+    int half, ti, wi;
+} attn_t5_view;
+
+/* row_g: the kernel row of the thread's accumulator row g; row_wg: the
+ * warpgroup's first row; off: query position - query token
+ * (mask_tiles_offset). */
+static __device__ __forceinline__ attn_t5_view attn_t5_view_of(const attn_mods *m, const float *tab,
+                                                               int row_g, int row_wg, int off)
+{
+    const int lane = threadIdx.x & 31;
+    attn_t5_view v;
+    v.tab = tab;
+    v.half = m->t5_max_distance + ATTN_T5_PAD;
+    v.ti = 2 * (lane & 3) - row_g - off + v.half;
+    v.wi = -row_wg - off;
+    /* key0 is even: the parity of ti is the parity of every pair's index */
+    v.copy = (v.ti & 1) ? tab + attn_t5_copy_floats(m->t5_max_distance) - 1 : tab;
+    return v;
+}
+
+/* The bias of a warp's 16 x 64 tile at key0 into its scores s (ADD: onto
+ * them), or, where the warpgroup's 64 x 64 block lies wholly past
+ * -max_distance or max_distance (maxd), true with that one bias in fold and
+ * s untouched (warpgroup-uniform). */
+template <bool ADD>
+static __device__ __forceinline__ bool attn_t5_tile(float (&s)[32], const attn_t5_view &v,
+                                                    int maxd, int key0, float &fold)
+{
+    const int lo = key0 + v.wi - 63, hi = key0 + v.wi + 63;
+    if (hi <= -maxd || lo >= maxd) {
+        fold = v.tab[v.half + (hi <= -maxd ? -maxd : maxd)];
+        return true;
+    }
+    const float2 *w = reinterpret_cast<const float2 *>(v.copy + key0 + v.ti);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float2 a = w[4 * j], b = w[4 * j - 4]; /* rows g and g + 8 */
+        s[4 * j] = ADD ? s[4 * j] + a.x : a.x;
+        s[4 * j + 1] = ADD ? s[4 * j + 1] + a.y : a.y;
+        s[4 * j + 2] = ADD ? s[4 * j + 2] + b.x : b.x;
+        s[4 * j + 3] = ADD ? s[4 * j + 3] + b.y : b.y;
+    }
+    return false;
 }
 
 /* One warp's 16-row block of scores, n-blocks of 8 keys in the mma.sync /
