@@ -32,7 +32,8 @@ counts, as it does for a caller.
 sdpa_cudnn_ms is SDPA's cuDNN backend (FlashAttention-3 class on Hopper) on the
 same terms as sdpa_flash_ms. --suite b runs suite B (decoders and T5, bf16:
 attention_suite_b.py), --suite ab both, into one JSON whose cases carry suite,
-D, dtype, kv_heads and bias, and whose summary has both suites' keys.
+D, dtype, kv_heads and bias, and whose summary has both suites' keys; --b-cases
+t5 keeps the suite-B cases whose name holds "t5".
 
 Summary: geomean_vs_flex and min_vs_flex over the cases at L = 1024 and 4096
 with D = 64 (the BENCH.md target; all cases when none is there), dense_vs_sdpa
@@ -100,6 +101,8 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=bench_masks.SEED)
     ap.add_argument("--tol", type=float, default=1e-2, help="largest max_rel_err that passes")
     ap.add_argument("--skip", default="", help="comma list of sides to skip: flex,sdpa_mask")
+    ap.add_argument("--b-cases", default="",
+                    help="comma list of names: the suite-B cases whose name holds one (all)")
     ap.add_argument("--suite", default="a", choices=("a", "b", "ab"),
                     help="BENCH.md suite A (encoder masks), B (decoders and T5), or both")
     return ap.parse_args(argv)
@@ -494,7 +497,10 @@ def main(argv=None):
     cases, failures = [], 0
     if "b" in args.suite:  # suite B first: its long cases are the ones a time limit would cut
         from torch.nn.attention.flex_attention import create_block_mask
+        wanted = [w for w in args.b_cases.split(",") if w]
         for spec in attention_suite_b.CASES:
+            if wanted and not any(w in spec[0] for w in wanted):
+                continue
             t0 = time.perf_counter()
             problems = []
             row, failed = attention_suite_b.run_b_case(torch, stof, flex, create_block_mask,
