@@ -183,6 +183,12 @@ def test_suite_b_cpu_smoke_run(tmp_path, monkeypatch):
     assert b[0]["sdpa_flash_ms"] > 0 and b[1]["sdpa_flash_ms"] > 0  # GQA through enable_gqa
     assert b[3]["stof_nobias_ms"] > 0
     assert [c["mask"] for c in result["cases"] if c["suite"] == "A"] == ["causal"]
+    # --b-cases keeps the suite-B cases whose name holds one of its words
+    rc = ca.main(["--device", "cpu", "--suite", "b", "--b-cases", "t5,packed", "--skip", "flex",
+                  "--iters", "10", "--warmup", "1", "--budget", "0.01", "--out", str(out)])
+    assert rc == 0
+    kept = [c["case"] for c in json.loads(out.read_text())["cases"]]
+    assert kept == ["packed docs", "t5 causal"]
 
 
 # ---------------------------------------------------------------- the round-robin timer
