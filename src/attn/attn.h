@@ -29,7 +29,9 @@ extern "C" {
  * 2 * max_distance + 1 biases sits in shared memory). */
 #define ATTN_T5_MAX_LEVELS 64
 #define ATTN_T5_MAX_DISTANCE 2048
-/* The most buckets such a table has: levels + 1 + exact (levels + 1) a direction. */
+/* The most buckets such a table has: n a direction, n - n / 2 - 1 of them
+ * logarithmic (at most ATTN_T5_MAX_LEVELS), so n <= 2 (levels + 1); two
+ * directions. */
 #define ATTN_T5_MAX_BUCKETS (4 * (ATTN_T5_MAX_LEVELS + 1))
 
 /* The score modifiers of one launch (stof.h's bias_kind and softcap). */

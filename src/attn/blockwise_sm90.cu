@@ -791,7 +791,7 @@ static const sm90_variant sm90_variants[] = {SM90_VARIANT(64, 1),      SM90_VARI
 static int variant_smem(const sm90_variant *v)
 {
     const int64_t table =
-        v->mods >= 2 ? (int64_t)attn_t5_smem_bytes(ATTN_T5_MAX_DISTANCE, ATTN_T5_MAX_BUCKETS)
+        v->mods == 2 ? (int64_t)attn_t5_smem_bytes(ATTN_T5_MAX_DISTANCE, ATTN_T5_MAX_BUCKETS)
         : v->mods    ? ((2 * ATTN_T5_MAX_DISTANCE + 1) * 4 + 15) & ~15
                      : 0;
     return (int)(attn_sm90_smem_bytes(v->head_dim, 64 * v->wg) + table);
@@ -839,7 +839,7 @@ extern "C" stof_status attn_blockwise_sm90_run(const attn_launch *a, int warps, 
     void *args[3] = {(void *)a, (void *)&k_map, (void *)&v_map};
     const size_t smem =
         (size_t)attn_sm90_smem_bytes(a->head_dim, block_m) +
-        (mods >= 2 ? attn_t5_smem_bytes(a->mods.t5_max_distance, a->mods.t5_num_buckets)
+        (mods == 2 ? attn_t5_smem_bytes(a->mods.t5_max_distance, a->mods.t5_num_buckets)
                    : attn_mods_smem_bytes(&a->mods));
     return attn_block_launch(a, (const void *)v->fn, block_m, 128 * wg, smem, (cudaStream_t)stream,
                              args);

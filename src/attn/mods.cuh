@@ -181,10 +181,10 @@ static __device__ __forceinline__ void attn_t5_bias(float (&s)[NB][4], const att
  * (attn_t5_fetch, copied beside Q) and reaches ATTN_T5_PAD positions past
  * -max_distance and max_distance, the ends repeated, so that no block of a
  * warpgroup's 64 rows and 64 keys that is not wholly past one of them needs
- * a clamp. It comes in two copies,
- * the second one position ahead of the first: the two scores of a thread at
- * keys 2t and 2t + 1 then take one aligned 8-byte load, from the copy that
- * the parity of the thread's relative position picks. The bias goes into the
+ * a clamp. It comes in two copies, the second one position ahead of the
+ * first: the two scores of a thread at keys 2t and 2t + 1 then take one
+ * aligned 8-byte load, from the copy that the parity of the thread's
+ * relative position picks. The bias goes into the
  * accumulators of the score product before it is issued, off the path from
  * the scores to the exponentials; a block wholly past -max_distance or
  * max_distance has one bias, which the caller folds into the exponentials'

@@ -44,7 +44,7 @@ static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src,
                  : "memory");
 }
 
-/* 4 bytes global -> shared through L1 (cp.async takes 4 and 8 only that way). */
+/* 4 bytes global -> shared, through L1 (.cg copies 16 bytes only). */
 static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
