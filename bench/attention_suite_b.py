@@ -13,7 +13,7 @@ rows (all heads) before anything is timed; a side that fails is not timed.
 
 Timing: as suite A's, every side that passed its check is timed in one
 round-robin loop (common.EventTimer.round_robin_ms), each call behind the same
-short device sleep, so that the GPU's clock and power drift, which set blocks
+device sleep, so that the GPU's clock and power drift, which set blocks
 timed one after another up to 12% apart, falls on all sides alike. Timed calls
 rotate over input sets that together exceed 3x the L2 (Case.sets), as suite A's
 do, so that no side finds its q, k and v in L2; a T5 bias tensor given to SDPA

@@ -63,9 +63,19 @@ def configure_compile(torch):
             setattr(cfg, name, 1 << 16)
 
 
-# A device sleep queued before a timed call: about 0.1 ms at Hopper clocks, in
-# which the host queues the call, so that launch overhead stays out of the time.
+# A device sleep queued before a timed call, in which the host queues the call,
+# so that launch overhead stays out of the time: at least SLEEP_CYCLES (about
+# 0.1 ms at Hopper clocks), and twice the slowest side's host time per call
+# where that is longer (EventTimer.cover_cycles). Host times of 90-250 us a call
+# (stof.attention with a T5 bias, SDPA's cuDNN backend given a bias tensor,
+# FlexAttention) outlast 0.1 ms: behind it, a 0.031 ms kernel read 0.072-0.088
+# ms (bench/results/attention-timing-sleep-2026-11-27-h100.txt). SLEEP_HZ is
+# above any Hopper SM clock, so a slower clock only sleeps longer; a side whose
+# call waits for the device is held to SLEEP_MAX_CYCLES.
 SLEEP_CYCLES = 200_000
+SLEEP_MAX_CYCLES = 20_000_000
+SLEEP_HZ = 2.0e9
+HOLD_CYCLES = 100_000_000  # the device held busy while host times are taken
 
 
 class _HostEvent:
@@ -86,6 +96,7 @@ class EventTimer:
         self.torch = torch
         self.cuda = device.type == "cuda"
         self.sleep = getattr(torch.cuda, "_sleep", None) if self.cuda else None
+        self.sleep_cycles = 0  # the last round_robin_ms loop's device sleep
 
     def sync(self):
         if self.cuda:
@@ -110,11 +121,32 @@ class EventTimer:
         self.sync()
         return (time.perf_counter() - t0) / calls
 
+    def host_seconds(self, fn, n_sets, calls=10):
+        """Host time of a call of fn(set_index), taken while a long device sleep
+        holds the device, so that no wait on a full launch queue counts."""
+        self.sleep(HOLD_CYCLES)
+        t0 = time.perf_counter()
+        for i in range(calls):
+            fn(i % n_sets)
+        seconds = (time.perf_counter() - t0) / calls
+        self.sync()
+        return seconds
+
+    def cover_cycles(self, fns, n_sets, floor=SLEEP_CYCLES):
+        """The device sleep to queue before each timed call of any of fns: floor,
+        or twice the slowest one's host time, whichever is longer (at most
+        SLEEP_MAX_CYCLES); 0 with no device sleep (the CPU)."""
+        if self.sleep is None:
+            return 0
+        worst = max((self.host_seconds(fn, n_sets) for fn in fns), default=0.0)
+        return max(floor, min(SLEEP_MAX_CYCLES, math.ceil(2 * worst * SLEEP_HZ)))
+
     def round_robin_ms(self, sides, n_sets, problems, warmup, iters, budget=None,
                        sleep_cycles=SLEEP_CYCLES):
         """{key: median device time of fn(set_index)} for sides = {key: fn}, every
         side timed in one loop: iteration i calls each side once, each behind
-        the same device sleep and between its own event pair, each call on the
+        the same device sleep (cover_cycles of sleep_cycles: self.sleep_cycles
+        after the call) and between its own event pair, each call on the
         next input set (call c of the loop on set c % n_sets), so that no call
         reads the inputs the call before it left in L2, as in a block of one
         side's calls. Timed in blocks one after another, one kernel read up to
@@ -139,6 +171,7 @@ class EventTimer:
             return {}
         if budget is not None:
             iters = max(10, min(iters, int(budget / max(max(est.values()), 1e-6))))
+        self.sleep_cycles = self.cover_cycles([sides[key] for key in keys], n_sets, sleep_cycles)
         n = len(keys)
         pairs = {key: [] for key in keys}
         for it in range(iters):
@@ -147,7 +180,7 @@ class EventTimer:
                 key = order[(it + j) % n]
                 start, end = self._pair()
                 if self.sleep is not None:
-                    self.sleep(sleep_cycles)
+                    self.sleep(self.sleep_cycles)
                 start.record()
                 sides[key]((it * n + j) % n_sets)
                 end.record()

@@ -18,8 +18,9 @@ the fp32 reference, before either is timed.
 
 Timing: CUDA events, medians, inputs rotated among enough sets to exceed the L2
 cache. Attention runs are device times: each timed call is queued behind a
-short device sleep so the host's launch overhead stays out of every side's
-figure alike. Within a case every side that passed its check is timed in one
+device sleep that outlasts every side's host time (twice the slowest side's,
+at least 0.1 ms: the case's sleep_cycles) so the host's launch overhead stays
+out of every side's figure alike. Within a case every side that passed its check is timed in one
 round-robin loop (common.EventTimer.round_robin_ms): each iteration calls every
 side once, starting from a different side each time, each call on the next
 input set. Timed in blocks one after another, one kernel read up to 12% apart
@@ -81,7 +82,8 @@ ENCODER_LAYERS = 12  # layers one compiled mask serves in mask_share_per_layer_1
 FLEX_OPTIONS = ({}, {"BLOCK_M": 64, "BLOCK_N": 64}, {"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 1})
 CASE_KEYS = ("suite", "B", "H", "L", "D", "dtype", "kv_heads", "bias", "mask", "density",
              "kernel", "stof_ms", "stof_mask_ms", "flex_ms", "flex_mask_ms", "flex_options",
-             "sdpa_flash_ms", "sdpa_cudnn_ms", "sdpa_mask_ms", "max_rel_err", "flex_max_rel_err")
+             "sdpa_flash_ms", "sdpa_cudnn_ms", "sdpa_mask_ms", "max_rel_err", "flex_max_rel_err",
+             "sleep_cycles")
 
 
 def parse_args(argv=None):
@@ -126,9 +128,11 @@ class Timer(EventTimer):
         self.args = args
 
     def device_ms(self, sides, n_sets, problems):
-        """{key: median device time} of sides = {key: fn(set_index)}."""
+        """{key: median device time} of sides = {key: fn(set_index)}, and the
+        loop's device sleep as "sleep_cycles"."""
         a = self.args
-        return self.round_robin_ms(sides, n_sets, problems, a.warmup, a.iters, a.budget)
+        ms = self.round_robin_ms(sides, n_sets, problems, a.warmup, a.iters, a.budget)
+        return {**ms, "sleep_cycles": self.sleep_cycles} if ms else ms
 
     def build_ms(self, build, release=None):
         """Median time of build() from an idle device (host work included);
@@ -538,7 +542,7 @@ def main(argv=None):
               "command": "python3 " + shlex.join(sys.argv if argv is None else
                                                  ["bench/compare_attention.py", *argv]),
               "timing": {"method": "round-robin",  # the kernel times' (module docstring)
-                         "sleep_cycles": SLEEP_CYCLES if timer.sleep is not None else 0},
+                         "min_sleep_cycles": SLEEP_CYCLES if timer.sleep is not None else 0},
               "cases": cases, "summary": summary}
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as f:

@@ -39,8 +39,9 @@ an idle device, median over a time-budgeted number of runs after warm-up, inputs
 rotated among --sets input sets (different lengths). Host work inside a call —
 kernel launches, HF's mask preparation, stof's packing and graph launch — counts,
 as it does for a caller waiting on one forward. --timing device queues each call
-behind a short device sleep instead (as compare_attention.py does), which hides
-launch overhead unless a side synchronises inside its call.
+behind a device sleep instead (as compare_attention.py does: twice the call's
+host time, common.EventTimer.cover_cycles), which hides launch overhead unless
+a side synchronises inside its call.
 
 max_rel_err = ||stof - ref|| / ||ref|| over the valid (non-padding) tokens of
 last_hidden_state on input set 0, ref = HF SDPA; a case fails when stof did not
@@ -83,7 +84,7 @@ for p in (HERE, os.path.join(REPO, "python")):
         sys.path.insert(0, p)
 
 import masks as bench_masks  # noqa: E402
-from common import (SLEEP_CYCLES, EventTimer, brief_error, configure_compile,  # noqa: E402,F401
+from common import (EventTimer, brief_error, configure_compile,  # noqa: E402,F401
                     fmt, geomean, git_commit, gpu_slug)
 
 ARCHS = {
@@ -243,13 +244,14 @@ class Timer(EventTimer):
         """Median time of fn(set_index) with the set rotated; every set is seen
         at least twice in warm-up (stof may capture a graph per shape bucket)."""
         iters = self.iterations(self.warm_estimate(fn, n_sets, max(self.warmup, 2 * n_sets), 2))
+        cycles = 0 if self.mode == "latency" else self.cover_cycles([fn], n_sets)
         pairs = []
         for it in range(iters):
             start, end = self._pair()
             if self.mode == "latency":
                 self.sync()
             elif self.sleep is not None:
-                self.sleep(SLEEP_CYCLES)
+                self.sleep(cycles)
             start.record()
             fn(it % n_sets)
             end.record()

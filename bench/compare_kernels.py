@@ -7,7 +7,7 @@ block-wise ones: sequences of a handful of queries, and the sparsest long masks
 (a single visible key per row, one 64 x 64 tile per row, a small window, a few
 global tokens). Prints one line per case: the selector's pick and each kernel's
 median device time (CUDA events, each call queued behind a device sleep long
-enough to cover the host's enqueue; a case's kernels timed round-robin in one
+enough to cover the host's enqueue, common.EventTimer.cover_cycles; a case's kernels timed round-robin in one
 loop, so that clock drift between them falls on all alike), so that a pick that
 is not the fastest shows. Every kernel's output is checked in the same run
 against an fp32 reference of the first batch entry (the mask decoded from the
@@ -25,7 +25,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import EventTimer  # noqa: E402
 
 KERNELS = ("rowwise", "blockwise", "blockwise_sm90")
-SLEEP_CYCLES = 1_000_000  # about 0.5 ms: longer than stof.attention's enqueue from Python
 
 
 def parse_args(argv=None):
@@ -109,7 +108,7 @@ def main(argv=None):
             runs[kern] = lambda s, kern=kern: stof.attention(q, k, v, mask=cm, kernel=kern)
         problems = []
         times = {kern: ms * 1e3 for kern, ms in timer.round_robin_ms(
-            runs, 1, problems, 3, args.iters, sleep_cycles=SLEEP_CYCLES).items()}
+            runs, 1, problems, 3, args.iters).items()}
         best = min(times, key=times.get, default=None)
         cells = " ".join(f"{k}={t:.1f}{'*' if k == best else ''}" for k, t in times.items())
         print(f"D={d:3d} B={b:3d} L={length:5d} {name:9s} pick={pick.kernel:14s} {cells}",

@@ -19,7 +19,7 @@ pytest.importorskip("numpy")
 
 SCHEMA = ["suite", "B", "H", "L", "D", "dtype", "kv_heads", "bias", "mask", "density", "kernel",
           "stof_ms", "stof_mask_ms", "flex_ms", "flex_mask_ms", "flex_options", "sdpa_flash_ms",
-          "sdpa_cudnn_ms", "sdpa_mask_ms", "max_rel_err", "flex_max_rel_err"]
+          "sdpa_cudnn_ms", "sdpa_mask_ms", "max_rel_err", "flex_max_rel_err", "sleep_cycles"]
 SUMMARY = ["geomean_vs_flex", "min_vs_flex", "dense_vs_sdpa", "max_mask_share",
            "mask_share_per_layer_12", "mask_timing_floor_ms", "timing_floor_call_ms"]
 
@@ -148,7 +148,7 @@ def test_cpu_smoke_run_writes_the_schema(tmp_path):
     assert rc == 0
     result = json.loads(out.read_text())
     assert list(result) == ["device", "date", "commit", "command", "timing", "cases", "summary"]
-    assert result["timing"] == {"method": "round-robin", "sleep_cycles": 0}  # no device sleep
+    assert result["timing"] == {"method": "round-robin", "min_sleep_cycles": 0}  # no device sleep
     assert list(result["summary"]) == SUMMARY
     assert [c["mask"] for c in result["cases"]] == ["window", "bigbird", "varlen"]
     for c in result["cases"]:
@@ -231,6 +231,27 @@ def test_round_robin_budget_and_failing_side():
     assert calls["fast"] == calls["slow"]
     assert 10 + 4 <= calls["slow"] <= 25 + 4  # 0.05 s over >= 2 ms a call, at least 10
     assert timer.round_robin_ms({"broken": broken}, 1, problems, 1, 10) == {}
+
+
+def test_round_robin_sleep_covers_the_slowest_host_call():
+    """The device sleep queued before each timed call outlasts twice the slowest
+    side's host time (at least the floor, at most SLEEP_MAX_CYCLES), taken with
+    the device held by a long sleep; every timed call gets the same sleep."""
+    slept = []
+    timer = common.EventTimer(torch, torch.device("cpu"))
+    timer.sleep = slept.append  # a device sleep that records its cycles
+
+    def host_ms(ms):
+        return lambda s: time.sleep(ms / 1e3)
+    assert timer.cover_cycles([host_ms(0)], 1) == common.SLEEP_CYCLES
+    assert slept == [common.HOLD_CYCLES]
+    cycles = timer.cover_cycles([host_ms(0), host_ms(1)], 1)
+    assert 2 * 1e-3 * common.SLEEP_HZ <= cycles < 2 * 3e-3 * common.SLEEP_HZ
+    assert timer.cover_cycles([host_ms(20)], 1) == common.SLEEP_MAX_CYCLES
+    slept.clear()
+    timer.round_robin_ms({"fast": host_ms(0), "slow": host_ms(1)}, 1, [], warmup=1, iters=3)
+    assert slept[:2] == [common.HOLD_CYCLES] * 2 and len(slept) == 2 + 6
+    assert set(slept[2:]) == {timer.sleep_cycles} and timer.sleep_cycles >= 4_000_000
 
 
 # ---------------------------------------------------------------- FlexAttention's side
