@@ -408,7 +408,7 @@ static const bw_variant bw_variants[] = {
 /* The opt-in covers the largest T5 table a modifier variant may carry. */
 static int variant_smem(const bw_variant *v)
 {
-    const int64_t table = v->mods ? ((2 * ATTN_T5_MAX_DISTANCE + 1) * 4 + 15) & ~15 : 0;
+    const int64_t table = v->mods ? (int64_t)attn_t5_table_bytes(ATTN_T5_MAX_DISTANCE) : 0;
     return (int)(attn_bw_smem_bytes(v->head_dim, 16 * v->mw * v->warps, BW_BLOCK_N) + table);
 }
 

@@ -482,8 +482,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     float *const tab_smem = (float *)(smem_raw + (bar0 + 64 - smem_addr(smem_raw)));
     attn_mod_ctx mc;
     if constexpr (MODS == 1)
-        mc = attn_mod_setup(&a, &s, b, h, tab_smem, THREADS,
-                            a.scale != 0.0f ? 1.0f / a.scale : 0.0f);
+        mc = attn_mod_setup(&a, &s, b, h, tab_smem, THREADS, attn_raw_unit(a.scale));
     if constexpr (T5) {
         attn_t5_fetch(&a.mods, s.head, tab_smem + 2 * attn_t5_copy_floats(a.mods.t5_max_distance),
                       THREADS);
@@ -593,8 +592,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     __syncthreads();
     if constexpr (T5) {
         const int nt = 2 * attn_t5_copy_floats(a.mods.t5_max_distance);
-        attn_t5_build(&a.mods, tab_smem, tab_smem + nt, a.scale != 0.0f ? 1.0f / a.scale : 0.0f,
-                      THREADS);
+        attn_t5_build(&a.mods, tab_smem, tab_smem + nt, attn_raw_unit(a.scale), THREADS);
         __syncthreads();
     }
     int bits_next = !ALL && n > 1 ? t->bits[entry(1)] : -1;
@@ -792,7 +790,7 @@ static int variant_smem(const sm90_variant *v)
 {
     const int64_t table =
         v->mods == 2 ? (int64_t)attn_t5_smem_bytes(ATTN_T5_MAX_DISTANCE, ATTN_T5_MAX_BUCKETS)
-        : v->mods    ? ((2 * ATTN_T5_MAX_DISTANCE + 1) * 4 + 15) & ~15
+        : v->mods    ? (int64_t)attn_t5_table_bytes(ATTN_T5_MAX_DISTANCE)
                      : 0;
     return (int)(attn_sm90_smem_bytes(v->head_dim, 64 * v->wg) + table);
 }

@@ -669,9 +669,9 @@ static __device__ __forceinline__ void ws_consume(const attn_launch &a)
             const uint32_t at = sm.mods + (uint32_t)(c * 2 + buf) * sizeof(ws_mods);
             ws_mods *mine = (ws_mods *)(smem_raw + (at - smem_addr(smem_raw)));
             if ((threadIdx.x & 127) == 0)
-                *mine = ws_mods_of(attn_mod_setup(&a, &w.s, w.b, w.h, NULL, 1,
-                                                  a.scale != 0.0f ? 1.0f / fabsf(a.scale) : 0.0f),
-                                   w.off);
+                *mine = ws_mods_of(
+                    attn_mod_setup(&a, &w.s, w.b, w.h, NULL, 1, attn_raw_unit(fabsf(a.scale))),
+                    w.off);
             if (c == 0)
                 named_bar_sync<3, 128>();
             else

@@ -64,11 +64,24 @@ static __device__ __forceinline__ int attn_t5_bucket(int rel, const attn_mods *m
     return bucket + m->t5_exact + level;
 }
 
+/* Natural units to raw ones (q.k before the softmax scale): 1 / scale, 0 for
+ * a zero scale. */
+static __host__ __device__ __forceinline__ float attn_raw_unit(float scale)
+{
+    return scale != 0.0f ? 1.0f / scale : 0.0f;
+}
+
+/* Bytes of the general variants' T5 table (one bias a relative position in
+ * -max_distance .. max_distance), rounded to 16. */
+static inline size_t attn_t5_table_bytes(int max_distance)
+{
+    return ((size_t)(2 * max_distance + 1) * sizeof(float) + 15u) & ~(size_t)15u;
+}
+
 /* Bytes of shared memory the modifiers of a launch take after the K/V stages. */
 static inline size_t attn_mods_smem_bytes(const attn_mods *m)
 {
-    if (m->bias_kind != STOF_BIAS_T5) return 0;
-    return ((size_t)(2 * m->t5_max_distance + 1) * sizeof(float) + 15u) & ~(size_t)15u;
+    return m->bias_kind == STOF_BIAS_T5 ? attn_t5_table_bytes(m->t5_max_distance) : 0;
 }
 
 /* The CTA's context; a T5 table is written into tab_smem by every thread
