@@ -20,10 +20,10 @@ Timing: CUDA events, medians, inputs rotated among enough sets to exceed the L2
 cache. Attention runs are device times: each timed call is queued behind a
 device sleep that outlasts every side's host time (twice the slowest side's,
 at least 0.1 ms: the case's sleep_cycles) so the host's launch overhead stays
-out of every side's figure alike. Within a case every side that passed its check is timed in one
-round-robin loop (common.EventTimer.round_robin_ms): each iteration calls every
-side once, starting from a different side each time, each call on the next
-input set. Timed in blocks one after another, one kernel read up to 12% apart
+out of every side's figure alike. Within a case every side that passed its
+check is timed in one round-robin loop (common.EventTimer.round_robin_ms): each
+iteration calls every side once, starting from a different side each time, each
+call on the next input set. Timed in blocks one after another, one kernel read up to 12% apart
 from block to block on an H100 as the GPU's clock and power state drifted
 (bench/results/attention-timing-modes-2026-11-26-h100.txt); in one loop that
 drift falls on all sides alike. The JSON's "timing" field says so. Mask builds

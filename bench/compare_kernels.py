@@ -7,8 +7,9 @@ block-wise ones: sequences of a handful of queries, and the sparsest long masks
 (a single visible key per row, one 64 x 64 tile per row, a small window, a few
 global tokens). Prints one line per case: the selector's pick and each kernel's
 median device time (CUDA events, each call queued behind a device sleep long
-enough to cover the host's enqueue, common.EventTimer.cover_cycles; a case's kernels timed round-robin in one
-loop, so that clock drift between them falls on all alike), so that a pick that
+enough to cover the host's enqueue, common.EventTimer.cover_cycles; a case's
+kernels timed round-robin in one loop, so that clock drift between them falls
+on all alike), so that a pick that
 is not the fastest shows. Every kernel's output is checked in the same run
 against an fp32 reference of the first batch entry (the mask decoded from the
 compiled tiles) before any is timed; a kernel off by more than --tol fails the
