@@ -69,10 +69,10 @@ def configure_compile(torch):
 # where that is longer (EventTimer.cover_cycles). Host times a call of 51-104 us
 # (stof.attention with a T5 bias), 49-135 us (SDPA's cuDNN backend given a bias
 # tensor) and 79-248 us (FlexAttention) reach past 0.1 ms: behind it, a 0.031 ms
-# kernel read 0.072-0.088 ms (bench/results/attention-timing-sleep-2026-11-27-
-# h100.txt). SLEEP_HZ is above any Hopper SM clock, so a slower clock only
-# sleeps longer; a side whose call waits for the device is held to
-# SLEEP_MAX_CYCLES.
+# kernel read 0.072-0.088 ms
+# (bench/results/attention-timing-sleep-2026-11-27-h100.txt). SLEEP_HZ is above
+# any Hopper SM clock, so a slower clock only sleeps longer; a side whose call
+# waits for the device is held to SLEEP_MAX_CYCLES.
 SLEEP_CYCLES = 200_000
 SLEEP_MAX_CYCLES = 20_000_000
 SLEEP_HZ = 2.0e9
