@@ -23,10 +23,10 @@ at least 0.1 ms: the case's sleep_cycles) so the host's launch overhead stays
 out of every side's figure alike. Within a case every side that passed its
 check is timed in one round-robin loop (common.EventTimer.round_robin_ms): each
 iteration calls every side once, starting from a different side each time, each
-call on the next input set. Timed in blocks one after another, one kernel read up to 12% apart
-from block to block on an H100 as the GPU's clock and power state drifted
-(bench/results/attention-timing-modes-2026-11-26-h100.txt); in one loop that
-drift falls on all sides alike. The JSON's "timing" field says so. Mask builds
+call on the next input set. Timed in blocks one after another, one kernel read
+up to 12% apart from block to block on an H100 as the GPU's clock and power
+state drifted (bench/results/attention-timing-modes-2026-11-26-h100.txt); in
+one loop that drift falls on all sides alike. The JSON's "timing" field says so. Mask builds
 (stof_mask_ms, flex_mask_ms) are timed from an idle device, so their host work
 counts, as it does for a caller.
 
