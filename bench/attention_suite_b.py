@@ -9,7 +9,9 @@ causal at (1,32,8192,128) and (8,32,2048,128); Mistral's sliding window 4096
 ALiBi causal at (1,32,8192,128); softcap 50 at (4,16,4096,128).
 
 Every side's output is checked against an fp32 reference on a sample of query
-rows (all heads) before anything is timed; a side that fails is not timed.
+rows (all heads) before anything is timed; a side that fails is not timed. The
+T5 cases also time stof and the SDPA backend without the bias, each checked
+against the reference without it, for the bias's overhead on either side.
 
 Timing: as suite A's, every side that passed its check is timed in one
 round-robin loop (common.EventTimer.round_robin_ms), each call behind the same
@@ -28,6 +30,10 @@ Summary keys (compare_attention.py merges them with suite A's):
   b_min_dense_causal_vs_best_sdpa   smallest best SDPA backend / stof over dense and causal
   b_gqa_vs_mha                      stof's GQA TFLOP/s over its MHA TFLOP/s, causal (1,32,8192,128)
   b_bias_overhead                   stof's T5-bias time over the same mask without bias (largest)
+  b_sdpa_bias_overhead              the same for the SDPA backend given the bias (sdpa_bias_ms
+                                    over sdpa_nobias_ms: that backend on the mask alone, causal
+                                    as is_causal), what the bias costs a user there (largest)
+  b_bias_overhead_vs_sdpa           stof's overhead over that backend's, case by case (largest)
 """
 
 import math
@@ -137,9 +143,10 @@ class Case:
                 pairs = sum(min(i + 1, w + 1) for i in range(0, L, 64)) * 64
         return 4.0 * self.D * pairs * self.B * self.H
 
-    def reference_rows(self, out):
+    def reference_rows(self, out, modified=True):
         """Largest relative error of out [B, H, L, D] (padded view) against the
-        fp32 reference on REF_ROWS sampled rows of every (b, h)."""
+        fp32 reference on REF_ROWS sampled rows of every (b, h); modified False:
+        the reference without the case's bias or cap (the mask alone)."""
         torch = self.torch
         L, D = self.L, self.D
         rows = torch.unique(torch.cat([torch.tensor([0, 1, 63, 64, L // 2, L - 2, L - 1]),
@@ -153,10 +160,10 @@ class Case:
             k = self.k[b].float().repeat_interleave(group, 0)               # [H, L, D]
             v = self.v[b].float().repeat_interleave(group, 0)
             s = q @ k.transpose(-1, -2) / math.sqrt(D)                      # [H, R, L]
-            if self.bias == "softcap":
+            if modified and self.bias == "softcap":
                 s = SOFTCAP * torch.tanh(s / SOFTCAP)
             i = rows[:, None]
-            if self.bias in ("t5", "alibi"):
+            if modified and self.bias in ("t5", "alibi"):
                 hh = torch.arange(self.H, device=self.dev)[:, None, None]
                 s = s + self.score_bias(hh, i[None], j[None, None])
             vis = self.visible(i, j[None, :]) if self.mask != "full" else None
@@ -188,6 +195,7 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
            "bias": c.bias if c.bias in ("t5", "alibi", "softcap") else None,
            "stof_ms": None, "stof_nobias_ms": None, "flex_ms": None, "sdpa_flash_ms": None,
            "sdpa_cudnn_ms": None, "sdpa_efficient_ms": None, "sdpa_bias_ms": None,
+           "sdpa_nobias_ms": None,
            "max_rel_err": None, "flex_max_rel_err": None, "kernel": None, "stof_tflops": None}
     tol = 2e-2
     timed = {}  # row key -> run(s) of every side that passed its check
@@ -200,13 +208,14 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
             timer.sync()
             return None
 
-    def checked_time(label, run, key, err_key=None):
-        """run joins the timing as timed[key] if its output matches the reference."""
+    def checked_time(label, run, key, err_key=None, modified=True):
+        """run joins the timing as timed[key] if its output matches the reference
+        (modified False: the reference without the bias)."""
         out = side(label, lambda: run(0))
         if out is None:
             return False
         timer.sync()
-        err = side(label + " reference", lambda: c.reference_rows(out))
+        err = side(label + " reference", lambda: c.reference_rows(out, modified))
         if err_key:
             row[err_key] = None if err is None else float(f"{err:.3e}")
         if err is None or not err <= tol:
@@ -233,7 +242,8 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
     if ch is not None:
         row["kernel"] = f"{ch.kernel} {ch.block_m}x{ch.block_n} w{ch.warps}"
     if c.bias == "t5":
-        timed["stof_nobias_ms"] = lambda s: stof.attention(*c.sets[s], mask=c.mask)
+        checked_time("stof without the bias", lambda s: stof.attention(*c.sets[s], mask=c.mask),
+                     "stof_nobias_ms", modified=False)
 
     # FlexAttention: mask_mod for the mask, score_mod for the bias or cap
     def flex_side():
@@ -308,15 +318,21 @@ def run_b_case(torch, stof, flex, create_block_mask, timer, dev, spec, args, pro
                 with sdpa_kernel(backend):
                     return F.scaled_dot_product_attention(*c.sets[s], attn_mask=bias)
             if checked_time(f"sdpa {backend.name.lower()} + bias", run, "sdpa_bias_ms"):
-                bias_backend = backend.name.lower()
+                bias_backend = backend
                 break
+    if bias_backend is not None:  # that backend on the mask alone: what the bias costs there
+        def run(s):
+            with sdpa_kernel(bias_backend):
+                return F.scaled_dot_product_attention(*c.sets[s], is_causal=c.causal)
+        checked_time(f"sdpa {bias_backend.name.lower()} without the bias", run, "sdpa_nobias_ms",
+                     modified=False)
 
     row.update(side("timing", lambda: timer.device_ms(timed, n_sets, problems)) or {})
     timed = None
     if row["stof_ms"]:
         row["stof_tflops"] = round(c.flops() / (row["stof_ms"] * 1e-3) / 1e12, 1)
     if row["sdpa_bias_ms"] is not None:
-        row["sdpa_bias_backend"] = bias_backend
+        row["sdpa_bias_backend"] = bias_backend.name.lower()
     for k, x in list(row.items()):
         if k.endswith("_ms") and x is not None:
             row[k] = round(x, 5)
@@ -350,13 +366,18 @@ def summarize_b(rows):
                 masked.append(min(peers) / c["stof_ms"])
     gqa = next((c for c in rows if c["case"] == "gqa causal" and c["L"] == 8192), None)
     mha = next((c for c in rows if c["case"] == "causal" and c["L"] == 8192), None)
-    overhead = [ratio(c["stof_ms"], c["stof_nobias_ms"]) for c in rows if c["bias"] == "t5"]
-    overhead = [x for x in overhead if x]
+    t5 = [c for c in rows if c["bias"] == "t5"]
+    overhead = [x for x in (ratio(c["stof_ms"], c["stof_nobias_ms"]) for c in t5) if x]
+    sdpa_overhead = [ratio(c["sdpa_bias_ms"], c["sdpa_nobias_ms"]) for c in t5]
+    vs_sdpa = [ratio(ratio(c["stof_ms"], c["stof_nobias_ms"]), x)
+               for c, x in zip(t5, sdpa_overhead)]
     return {"b_geomean_vs_flex": r(geomean(vs_flex)),
             "b_min_masked_vs_best_peer": r(min(masked, default=None)),
             "b_min_dense_causal_vs_best_sdpa": r(min(dense_causal, default=None)),
             "b_gqa_vs_mha": r(ratio(mha and mha["stof_ms"], gqa and gqa["stof_ms"])),
-            "b_bias_overhead": r(max(overhead, default=None))}
+            "b_bias_overhead": r(max(overhead, default=None)),
+            "b_sdpa_bias_overhead": r(max((x for x in sdpa_overhead if x), default=None)),
+            "b_bias_overhead_vs_sdpa": r(max((x for x in vs_sdpa if x), default=None))}
 
 
 def print_b(rows, summary, file=None):

@@ -477,7 +477,8 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     }
     /* The modifiers' context; a T5 table lands after the mbarriers, published
      * by the prologue's barrier. The T5 path's column of biases comes in
-     * beside Q, its table is laid out after that barrier. */
+     * beside Q; its buckets are found before that barrier, its table is laid
+     * out after it. */
     constexpr bool T5 = MODS == 2;
     float *const tab_smem = (float *)(smem_raw + (bar0 + 64 - smem_addr(smem_raw)));
     attn_mod_ctx mc;
@@ -587,6 +588,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     }
     bool masked = bits >= 0 || col * SM90_BLOCK_N + SM90_BLOCK_N > s.len_k;
     if (masked) tile_words(t, bits, tile_row, col * SM90_BLOCK_N, s.len_k, w);
+    if constexpr (T5) attn_t5_buckets(&a.mods, tab_smem, THREADS); /* under Q's trip */
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();

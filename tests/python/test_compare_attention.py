@@ -112,18 +112,25 @@ def test_suite_b_summary():
     """Suite B's keys from rows made up here: ratios computed as the docstring says."""
     import attention_suite_b as sb
 
-    def row(case, L, kv, mask, bias, stof, flex, cudnn=None, bias_ms=None, nobias=None):
+    def row(case, L, kv, mask, bias, stof, flex, cudnn=None, bias_ms=None, nobias=None,
+            sdpa_nobias=None):
         return {"suite": "B", "case": case, "L": L, "kv_heads": kv, "mask": mask, "bias": bias,
                 "stof_ms": stof, "flex_ms": flex, "sdpa_flash_ms": None, "sdpa_cudnn_ms": cudnn,
-                "sdpa_efficient_ms": None, "sdpa_bias_ms": bias_ms, "stof_nobias_ms": nobias}
+                "sdpa_efficient_ms": None, "sdpa_bias_ms": bias_ms, "stof_nobias_ms": nobias,
+                "sdpa_nobias_ms": sdpa_nobias}
     rows = [row("causal", 8192, 32, "causal", None, 2.0, 3.0, cudnn=1.0),
             row("gqa causal", 8192, 8, "causal", None, 1.0, 2.0, cudnn=1.5),
-            row("t5 causal", 512, 12, "causal", "t5", 0.1, 0.2, bias_ms=0.05, nobias=0.08),
+            row("t5 causal", 512, 12, "causal", "t5", 0.1, 0.2, bias_ms=0.05, nobias=0.08,
+                sdpa_nobias=0.02),
+            row("t5 bidirectional", 512, 12, "full", "t5", 0.1, 0.2, bias_ms=0.2, nobias=0.05,
+                sdpa_nobias=0.1),
             row("sliding window", 16384, 8, "window:4096:0", None, 1.0, 4.0)]
     s = ca.summarize(rows)
-    assert s["b_gqa_vs_mha"] == 2.0 and s["b_bias_overhead"] == 1.25
+    assert s["b_gqa_vs_mha"] == 2.0 and s["b_bias_overhead"] == 2.0  # 0.1 / 0.05
+    # SDPA's own: 0.05 / 0.02 = 2.5 and 0.2 / 0.1 = 2.0; stof's over it: 1.25 / 2.5, 2.0 / 2.0
+    assert s["b_sdpa_bias_overhead"] == 2.5 and s["b_bias_overhead_vs_sdpa"] == 1.0
     assert s["b_min_dense_causal_vs_best_sdpa"] == 0.5 and s["b_min_masked_vs_best_peer"] == 0.5
-    assert s["b_geomean_vs_flex"] == round((1.5 * 2 * 2 * 4) ** 0.25, 4)
+    assert s["b_geomean_vs_flex"] == round((1.5 * 2 * 2 * 2 * 4) ** 0.2, 4)
 
 
 def test_arguments_and_names():
@@ -181,7 +188,7 @@ def test_suite_b_cpu_smoke_run(tmp_path, monkeypatch):
     for c in b:
         assert c["stof_ms"] > 0 and c["stof_tflops"] is not None and c["max_rel_err"] < 2e-2
     assert b[0]["sdpa_flash_ms"] > 0 and b[1]["sdpa_flash_ms"] > 0  # GQA through enable_gqa
-    assert b[3]["stof_nobias_ms"] > 0
+    assert b[3]["stof_nobias_ms"] > 0  # checked against the reference without the bias
     assert [c["mask"] for c in result["cases"] if c["suite"] == "A"] == ["causal"]
     # --b-cases keeps the suite-B cases whose name holds one of its words
     rc = ca.main(["--device", "cpu", "--suite", "b", "--b-cases", "t5,packed", "--skip", "flex",
