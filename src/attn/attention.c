@@ -493,22 +493,26 @@ static void fill_launch(const attn_shape *s, const stof_tensor *q, const stof_te
 }
 
 /* (head, batch entry) pairs per section of the heavy-first order (grid.cuh).
- * Sections only where the K/V of all pairs exceed 1.5 times the L2: causal
- * (4, 16, 4096, 64) on an H200 (64 MB of K/V) ran 0.358 ms in one section
- * and 0.371 in sections of half the L2, while at head dim 128 (128 MB and
- * up) sections took causal (1, 32, 8192) from 1.655 to 1.130 ms and (4, 16,
- * 4096) from 0.918 to 0.614. Then as few sections as have their K/V in
- * `share` of the L2 each (the L2 also holds Q, the outputs and the mask, and
- * on Hopper is two partitions that may both hold a line), balanced, in whole
- * kv-head groups: half for the CTAs the hardware starts in order, three
- * quarters for the warp-specialised kernel's drawn items (at the call). */
+ * Sections only where the K/V of all pairs exceed 1.2 times the L2: causal
+ * (4, 16, 4096, 64) (64 MB of K/V) ran 0.358 ms in one section and 0.371 in
+ * sections of half the L2 on an H200 (60 MB of L2: 1.07 times), while on an
+ * H100 (50 MB: 1.28 times) sections took it from 0.355 to 0.339 ms, and GQA
+ * causal (8, 32, 2048, 128) (64 MB) from 0.510-0.512 to 0.505-0.506
+ * (bench/results/attention-l2-sections-2026-11-27-h100.txt); at head dim
+ * 128 (128 MB and up) sections took causal (1, 32, 8192) from 1.655 to
+ * 1.130 ms and (4, 16, 4096) from 0.918 to 0.614 on the H200. Then as few
+ * sections as have their K/V in `share` of the L2 each (the L2 also holds
+ * Q, the outputs and the mask, and on Hopper is two partitions that may both
+ * hold a line), balanced, in whole kv-head groups: half for the CTAs the
+ * hardware starts in order, three quarters for the warp-specialised
+ * kernel's drawn items (at the call). */
 static int l2_section(const stof_ctx *ctx, const attn_launch *a, double share)
 {
     const int pairs = a->heads * a->batch;
     const double per_pair = (double)a->lk * a->head_dim * 2 /* bytes */ * 2 /* K, V */ /
                             a->kv_group;
     const double l2 = (double)ctx->l2_bytes;
-    if (pairs <= 1 || l2 <= 0.0 || per_pair * pairs <= 1.5 * l2) return pairs > 0 ? pairs : 1;
+    if (pairs <= 1 || l2 <= 0.0 || per_pair * pairs <= 1.2 * l2) return pairs > 0 ? pairs : 1;
     const int fit = per_pair > l2 * share ? 1 : (int)(l2 * share / per_pair);
     const int sections = (pairs + fit - 1) / fit;
     int s = (pairs + sections - 1) / sections;
