@@ -493,7 +493,11 @@ static void fill_launch(const attn_shape *s, const stof_tensor *q, const stof_te
 }
 
 /* (head, batch entry) pairs per section of the heavy-first order (grid.cuh).
- * Sections only where the K/V of all pairs exceed 1.2 times the L2: causal
+ * Sections only where the K/V of all pairs exceed `over` times the L2: 1.2
+ * where the mask lists at least 0.4 of its tiles (causal), 1.5 where it is
+ * sparser (a window with global tokens, whose band rows read a fraction of
+ * the keys: longformer (4, 16, 4096, 64), 64 MB of K/V, ran 0.108 ms in one
+ * section and 0.140 in sections on an H100, file below). Causal
  * (4, 16, 4096, 64) (64 MB of K/V) ran 0.358 ms in one section and 0.371 in
  * sections of half the L2 on an H200 (60 MB of L2: 1.07 times), while on an
  * H100 (50 MB: 1.28 times) sections took it from 0.355 to 0.339 ms, and GQA
@@ -506,13 +510,13 @@ static void fill_launch(const attn_shape *s, const stof_tensor *q, const stof_te
  * hold a line), balanced, in whole kv-head groups: half for the CTAs the
  * hardware starts in order, three quarters for the warp-specialised
  * kernel's drawn items (at the call). */
-static int l2_section(const stof_ctx *ctx, const attn_launch *a, double share)
+static int l2_section(const stof_ctx *ctx, const attn_launch *a, double over, double share)
 {
     const int pairs = a->heads * a->batch;
     const double per_pair = (double)a->lk * a->head_dim * 2 /* bytes */ * 2 /* K, V */ /
                             a->kv_group;
     const double l2 = (double)ctx->l2_bytes;
-    if (pairs <= 1 || l2 <= 0.0 || per_pair * pairs <= 1.2 * l2) return pairs > 0 ? pairs : 1;
+    if (pairs <= 1 || l2 <= 0.0 || per_pair * pairs <= over * l2) return pairs > 0 ? pairs : 1;
     const int fit = per_pair > l2 * share ? 1 : (int)(l2 * share / per_pair);
     const int sections = (pairs + fit - 1) / fit;
     int s = (pairs + sections - 1) / sections;
@@ -590,14 +594,16 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
     attn_launch a;
     fill_launch(&s, q, k, v, out, mask, cu_seqlens_q, cu_seqlens_k, &a);
     a.pdl = ctx->cc_major >= 9;
-    a.heavy_first = stof_mask_estimate_view(mask)->row_imbalance > ATTN_HEAVY_FIRST_IMBALANCE;
+    const mask_estimate *est = stof_mask_estimate_view(mask);
+    a.heavy_first = est->row_imbalance > ATTN_HEAVY_FIRST_IMBALANCE;
     /* The warp-specialised kernel's items are drawn heaviest first
      * (grid.cuh): on an H200 (60 MB of L2), cuDNN's time over the kernel's at
      * causal (1, 32, 8192) read 1.10-1.12 in sections of three quarters of
      * the L2, 1.055 of half and 1.03 of a quarter; at (4, 16, 4096)
      * 1.07-1.08, 1.065 and 0.99
      * (bench/results/attention-ws-draw-2026-11-26-h200.txt). */
-    a.section = l2_section(ctx, &a, ch.kernel == STOF_ATTN_BLOCKWISE_SM90_WS ? 0.75 : 0.5);
+    a.section = l2_section(ctx, &a, est->tile_density >= 0.4 ? 1.2 : 1.5,
+                           ch.kernel == STOF_ATTN_BLOCKWISE_SM90_WS ? 0.75 : 0.5);
     a.sms = ctx->sm_count;
     if (ch.kernel == STOF_ATTN_BLOCKWISE)
         return attn_blockwise_run(&a, ch.warps, ch.block_m, ctx->stream);
