@@ -510,8 +510,10 @@ static void fill_launch(const attn_shape *s, const stof_tensor *q, const stof_te
  * hold a line), balanced, in whole kv-head groups: half for the CTAs the
  * hardware starts in order, three quarters for the warp-specialised
  * kernel's drawn items (at the call). */
-static int l2_section(const stof_ctx *ctx, const attn_launch *a, double over, double share)
+static int l2_section(const stof_ctx *ctx, const attn_launch *a, double tile_density,
+                      double share)
 {
+    const double over = tile_density >= 0.4 ? 1.2 : 1.5;
     const int pairs = a->heads * a->batch;
     const double per_pair = (double)a->lk * a->head_dim * 2 /* bytes */ * 2 /* K, V */ /
                             a->kv_group;
@@ -602,7 +604,7 @@ stof_status attn_attention_with(stof_ctx *ctx, const stof_attn_params *params,
      * the L2, 1.055 of half and 1.03 of a quarter; at (4, 16, 4096)
      * 1.07-1.08, 1.065 and 0.99
      * (bench/results/attention-ws-draw-2026-11-26-h200.txt). */
-    a.section = l2_section(ctx, &a, est->tile_density >= 0.4 ? 1.2 : 1.5,
+    a.section = l2_section(ctx, &a, est->tile_density,
                            ch.kernel == STOF_ATTN_BLOCKWISE_SM90_WS ? 0.75 : 0.5);
     a.sms = ctx->sm_count;
     if (ch.kernel == STOF_ATTN_BLOCKWISE)
