@@ -640,7 +640,7 @@ __global__ void __launch_bounds__(WG * 128, SM90_MIN_CTAS_M(D, WG, MODS))
     float fold = 0.0f;
     if constexpr (T5) {
         t5v = attn_t5_view_of(&a.mods, tab_smem, row_g, row0 + wg * SM90_SUB_ROWS,
-                              a.tiles.align_end ? s.len_k - s.len_q : 0);
+                              (int)mask_tiles_offset(&a.tiles, s.len_q, s.len_k));
         folded = attn_t5_tile<false>(sc, t5v, a.mods.t5_max_distance, col * SM90_BLOCK_N, fold);
         fold = negate ? -fold : fold;
     }

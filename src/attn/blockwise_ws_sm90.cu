@@ -435,6 +435,8 @@ static __device__ __forceinline__ void ws_key_range(const attn_launch *a, ws_ite
 {
     const mask_tiles *t = &a->tiles;
     const int bi = t->bm > 1 ? w->b : 0;
+    /* mask_tiles_offset written out: calling it changes this kernel's code
+     * as ptxas schedules it, which has not been timed */
     w->off = t->align_end ? t->len_k[bi] - t->len_q[bi] : 0;
     int64_t beg = 0, end = w->s.len_k;
     if (MASK != WS_MASK_ALL) {

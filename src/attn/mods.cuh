@@ -100,7 +100,7 @@ static __device__ __forceinline__ attn_mod_ctx attn_mod_setup(const attn_launch 
     c.inv_cap = m->softcap > 0.0f ? 1.0f / m->softcap : 0.0f;
     c.split = a->split;
     c.p = hv - s->head * a->split;
-    c.off = a->tiles.align_end ? s->len_k - s->len_q : 0; /* mask_tiles_offset */
+    c.off = (int)mask_tiles_offset(&a->tiles, s->len_q, s->len_k);
     c.slope = 0.0f;
     c.tab = tab_smem;
     c.maxd = m->t5_max_distance;

@@ -43,6 +43,7 @@
 #define STOF_MASK_H
 
 #include "core/core.h"
+#include "mask/mask_eval.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -89,8 +90,8 @@ typedef struct mask_tiles {
 #define MASK_TILES_OPEN ((int64_t)1 << 40)
 
 /* The row offset of entry b's positions (position biases; the compiled tiles
- * already hold it for the mask parts). */
-static inline int64_t mask_tiles_offset(const mask_tiles *t, int lenq, int lenk)
+ * already hold it for the mask parts), on the host and in kernels. */
+MASK_HD static inline int64_t mask_tiles_offset(const mask_tiles *t, int lenq, int lenk)
 {
     return t->align_end ? (int64_t)lenk - lenq : 0;
 }
