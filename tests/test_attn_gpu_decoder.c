@@ -19,9 +19,9 @@
  * visible key must come back as exact zeros. Long rows are checked on a sample of query rows.
  * STOF_TEST_MAX_L=N skips cases longer than N (the sanitizer's subset);
  * STOF_TEST_WS_ONLY=1 runs ws_sweep and ws_multi_sweep alone, under AUTO and with the
- * warp-specialised kernel forced only (the sanitizers' case);
- * STOF_TEST_T5_ONLY=1 runs t5_sweep alone. A fourth sweep (t5_sweep) covers
- * every path of the T5 bias.
+ * warp-specialised kernel forced only (the sanitizers' case). A fourth sweep
+ * (t5_sweep) covers every path of the T5 bias; STOF_TEST_T5_ONLY=1 runs it
+ * alone.
  */
 #include "attn/attn.h"
 #include "cpu/cpu_ref.h"
