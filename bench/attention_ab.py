@@ -3,11 +3,12 @@
 runs in its own process over the same cases and seeds, with cuDNN's SDPA timed in each
 process as the reference, so that two versions of a kernel compare on the same warm device.
 
-    python3 bench/attention_ab.py OLD/libstof.so NEW/libstof.so
+    python3 bench/attention_ab.py [--dense-sweep] OLD/libstof.so NEW/libstof.so
 
 Cases: suite B's (attention_suite_b.py: its shapes, inputs, biases and cap) but packed
 documents, each T5 case also without its bias, and two shorter rows (head dim 128 at 2048
-keys, causal MHA and dense). Each timed call is queued behind a device sleep, so that the
+keys, causal MHA and dense); with --dense-sweep, dense head dim 128 over 512 to 8192 keys
+instead (the rows where a kernel's key-tile size shows). Each timed call is queued behind a device sleep, so that the
 host's launch time stays out, with L2 flushed before it; the median of 40 calls. Dense and
 causal outputs are checked against cuDNN's (err: the largest absolute difference over the
 largest absolute value). The library listed first runs on a colder GPU: alternate the
@@ -36,13 +37,20 @@ def label(spec):
     return f"{name} ({B},{H},{L},{D}) kv {Hkv}"
 
 
-# The rows: (row name, case, with its bias or cap); a T5 case also runs without its bias.
-RUNS = [(label(spec), spec, True) for spec in CASES] + \
-    [(label(spec) + " no bias", spec, False) for spec in CASES if spec[7] == "t5"]
+DENSE_SWEEP = [("dense", B, H, H, L, 128, "full", None) for B, H, L in
+               [(8, 16, 512), (8, 16, 640), (8, 16, 1024), (8, 16, 2048), (4, 16, 4096),
+                (1, 32, 8192)]]
 
 
-def measure():
-    """Every case with the libstof of $STOF_LIBRARY: {name: {stof, cudnn, err, kernel}}."""
+def runs(dense_sweep):
+    """The rows: (row name, case, with its bias or cap); a T5 case also runs without its bias."""
+    cases = DENSE_SWEEP if dense_sweep else CASES
+    return [(label(spec), spec, True) for spec in cases] + \
+        [(label(spec) + " no bias", spec, False) for spec in cases if spec[7] == "t5"]
+
+
+def measure(dense_sweep):
+    """Every row with the libstof of $STOF_LIBRARY: {name: {stof, cudnn, err, kernel}}."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -83,7 +91,7 @@ def measure():
         return r
 
     out = {}
-    for name, spec, with_bias in RUNS:
+    for name, spec, with_bias in runs(dense_sweep):
         c = suite_b.Case(torch, dev, spec, SEED)
         try:
             out[name] = one(c, c.stof_kwargs(stof) if with_bias else {})
@@ -93,19 +101,23 @@ def measure():
 
 
 def main():
-    if sys.argv[1:] == ["--child"]:
-        print("RESULT " + json.dumps(measure()))
+    args = sys.argv[1:]
+    dense_sweep = "--dense-sweep" in args
+    args = [a for a in args if a != "--dense-sweep"]
+    if args == ["--child"]:
+        print("RESULT " + json.dumps(measure(dense_sweep)))
         return
-    libs, res = sys.argv[1:], {}
+    libs, res = args, {}
     for lib in libs:
-        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"],
+        flags = ["--child"] + (["--dense-sweep"] if dense_sweep else [])
+        p = subprocess.run([sys.executable, os.path.abspath(__file__)] + flags,
                            env=dict(os.environ, STOF_LIBRARY=lib), capture_output=True,
                            text=True, timeout=300)
         line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
         res[lib] = json.loads(line[0][7:]) if line else {}
         if not line:
             print(lib, "failed:", p.stderr[-2000:])
-    for name, _, _ in RUNS:
+    for name, _, _ in runs(dense_sweep):
         row = [f"{name:38s}"]
         for lib in libs:
             r = res[lib].get(name, {})

@@ -133,7 +133,10 @@
  * together (mbar_wait_both) gained 0.2-0.9%, and running the exponentials
  * after the P V wait, in one basic block with O's rescale (now without its
  * skip) and P's pack, 1.7-4.2%: the FMULs and conversions fill the MUFU
- * ops' stalls where they had followed them.
+ * ops' stalls where they had followed them. Tiles of 160 keys for the
+ * all-visible variant (FlashAttention-3 takes 176 there) were slower:
+ * 1-3% at 2048-4096 keys, 19% at 1024
+ * (bench/results/attention-ws-wide-tiles-2026-11-27-h100.txt).
  * At head dim 64 the same kernel (with P V summing the rows) was slower
  * than blockwise_sm90.cu's settled maxima wherever rows are short or the
  * mask dense (bench/results/attention-ws-d64-left-out-2026-11-26-h100.txt),
