@@ -27,10 +27,19 @@ phase 1 cases; (4) the kernel profiles (below), after every timing.
   tokens         real tokens, the mean over the rotated input sets (the times are
                  medians over those sets, so the floors below are of that mean)
   floor_ms       2 * params * real tokens (+ the attention's FLOPs over the visible
-                 pairs) at the dense fp16 GEMM rate measured in this run (8192^3);
-                 params include the token embedding table (a gather, not a product:
-                 38.6M of ModernBERT-base's 149M, 263M of LLaMA-1B's 1.24B), which
-                 makes this floor higher than any forward's products need
+                 pairs) at the dense fp16 GEMM rate of this case (gemm_tflops): a side
+                 timed right after stof by the same timer, each call as many 8192^3
+                 GEMMs as the floor's FLOPs round up to (floor_gemm_ms), so that the
+                 rate is of the device under the load stof's calls put on it: one H100
+                 ran the same forward in 14.75 ms after 20 ms of device sleep and in
+                 15.9-16.4 ms back to back or after 1 ms, in
+                 results/models-modernbert-timing-2026-11-27-h100.txt; params include
+                 the token embedding table (a gather, not a product: 38.6M of
+                 ModernBERT-base's 149M, 263M of LLaMA-1B's 1.24B), which makes this
+                 floor higher than any forward's products need
+  floor_burst_ms the same at the rate of 20 such GEMMs back to back at the start of
+                 the run (the file's gemm_tflops): the floor before floor_ms; a burst
+                 of 30 ms read 699-763 TF/s in four tries on one H100
   gemm_floor_ms  the same forward's linears at their own shapes: cuBLAS through torch
                  (F.linear, fp16, no bias) timed alone per distinct shape in this run,
                  with QKV and a GLU's two halves each one GEMM (as stof runs them),
@@ -58,7 +67,8 @@ the long cases with a stof spec. Each case also records stof_top_kernels (the
 five kernels taking the most time over three forwards under torch.profiler,
 which sees the kernels of stof's CUDA graph replays too: name, ms per forward,
 share) and stof_kernel_ms (all kernel time per forward; stof_ms minus it is
-host and launch time); --no-profile leaves them out.
+host and launch time); --no-profile leaves them out. Each case also has
+gemm_tflops, floor_gemm_ms and floor_burst_ms (above).
 
     python3 bench/compare_models.py [--families gpt2,llama,modernbert,bert]
         [--lengths 4096,8192,16384] [--no-long] [--long-mask SPEC] [--long-compile]
@@ -69,6 +79,7 @@ host and launch time); --no-profile leaves them out.
 import argparse
 import datetime
 import json
+import math
 import os
 import shlex
 import sys
@@ -212,6 +223,31 @@ def gemm_rate(torch, device, n=8192, reps=20):
     else:
         secs = time.perf_counter() - t0
     return 2 * n ** 3 * reps / secs / 1e12
+
+
+FLOOR_N = 8192
+_floor_operands = {}
+
+
+def floor_gemm_side(torch, device, flops):
+    """(fn(set_index), FLOPs a call): as many FLOOR_N^3 GEMMs a call as flops rounds up
+    to (fp16 on a GPU; 256^3 fp32 on the CPU), operands made once a process."""
+    n = FLOOR_N if device.type == "cuda" else 256
+    if device.type not in _floor_operands:
+        dtype = torch.float16 if device.type == "cuda" else torch.float32
+        gen = torch.Generator(device=device).manual_seed(7)
+        _floor_operands[device.type] = tuple(
+            torch.randn(n, n, device=device, dtype=dtype, generator=gen) / n ** 0.25
+            for _ in range(2))
+    a, b = _floor_operands[device.type]
+    count = max(1, math.ceil(flops / (2 * n ** 3)))
+
+    def call(s):
+        for _ in range(count):
+            out = a @ b
+        return out
+
+    return call, count * 2 * n ** 3
 
 
 def layer_gemms(fam, cfg):
@@ -404,7 +440,8 @@ def run_case(torch, timer, F, B, L, kind, args, skip, rate, device):
         except Exception as e:
             row["problems"].append(ce.brief_error("HF dense mask", e))
     attn = sum(attention_flops(fam, cfg, s.lengths, vis_count) for s in sets) / len(sets)
-    row["floor_ms"] = round((2 * F.params * tokens + attn) / (rate * 1e12) * 1e3, 4)
+    floor_flops = 2 * F.params * tokens + attn
+    row["floor_burst_ms"] = round(floor_flops / (rate * 1e12) * 1e3, 4)
     gemms = gemm_floor_ms(torch, fam, cfg, tokens, device, F.gemm_times)
     if gemms is not None:
         row["gemm_floor_ms"] = round(gemms + attn / (rate * 1e12) * 1e3, 4)
@@ -414,6 +451,8 @@ def run_case(torch, timer, F, B, L, kind, args, skip, rate, device):
             sides["stof"] = lambda s: F.stof(sets[s].ids, sets[s].attention_mask, mask=spec)
         else:
             sides["stof"] = lambda s: F.stof(sets[s].ids, sets[s].attention_mask)
+    floor_fn, floor_gemm_flops = floor_gemm_side(torch, device, floor_flops)
+    sides["floor_gemm"] = floor_fn
     hf_ok = not spec or masks is not None
     deferred = None  # the compiled side, timed in the last phase (later())
     for name, model in (("hf_sdpa", F.sdpa), ("hf_eager", F.eager), ("hf_compile", F.compiled)):
@@ -442,6 +481,13 @@ def run_case(torch, timer, F, B, L, kind, args, skip, rate, device):
     ce.run_case(torch, timer, row, sides, reference, sets, args.tol,
                 check=("stof", "hf_eager", "hf_compile"), skip=skip, must_check=checked)
     row["checked"] = checked
+    if row.get("floor_gemm_ms"):
+        here = floor_gemm_flops / (row["floor_gemm_ms"] * 1e-3) / 1e12
+        row["gemm_tflops"] = round(here, 1)
+        row["floor_ms"] = round(floor_flops / (here * 1e12) * 1e3, 4)
+    else:
+        row["problems"].append("floor_gemm not timed: floor_ms is floor_burst_ms")
+        row["floor_ms"] = row["floor_burst_ms"]
     later = None
     if deferred is not None:
         def later():
