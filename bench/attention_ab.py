@@ -8,11 +8,11 @@ process as the reference, so that two versions of a kernel compare on the same w
 Cases: suite B's (attention_suite_b.py: its shapes, inputs, biases and cap) but packed
 documents, each T5 case also without its bias, and two shorter rows (head dim 128 at 2048
 keys, causal MHA and dense); with --dense-sweep, dense head dim 128 over 512 to 8192 keys
-instead (the rows where a kernel's key-tile size shows). Each timed call is queued behind a device sleep, so that the
-host's launch time stays out, with L2 flushed before it; the median of 40 calls. Dense and
-causal outputs are checked against cuDNN's (err: the largest absolute difference over the
-largest absolute value). The library listed first runs on a colder GPU: alternate the
-order between runs (2-5% between positions on an H100).
+instead (the rows where a kernel's key-tile size shows). Each timed call is queued behind
+a device sleep, so that the host's launch time stays out, with L2 flushed before it; the
+median of 40 calls. Dense and causal outputs are checked against cuDNN's (err: the largest
+absolute difference over the largest absolute value). The library listed first runs on a
+colder GPU: alternate the order between runs (2-5% between positions on an H100).
 """
 
 import json

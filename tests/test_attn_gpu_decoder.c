@@ -626,9 +626,8 @@ static void ws_multi_sweep(void)
         /* Lq < Lk, bottom-right and top-left. */
         {"causal", 48, 12, 200, 600, false, false, true, {0}, {0}},
         {"causal,topleft", 48, 48, 200, 600, false, false, false, {0}, {0}},
-        /* Dense over longer rows: packed entries of 480, 161 (a tile
-         * reaching one key past the sequence's last), 320 and 1 keys; Lq <
-         * Lk. */
+        /* Dense over longer rows: packed entries of 480, 161, 320 and 1
+         * keys, each ending inside a tile; Lq < Lk. */
         {"full", 32, 8, 256, 480, true, true, false, {256, 13, 200, 1}, {480, 161, 320, 1}},
         {"full", 32, 32, 200, 1000, false, false, true, {0}, {0}},
     };
