@@ -36,10 +36,11 @@ phase 1 cases; (4) the kernel profiles (below), after every timing.
                  in 15.9-16.4 ms back to back or after 1 ms:
                  results/models-modernbert-timing-2026-11-27-h100.txt). (b) The burst:
                  20 such GEMMs back to back at the start of the run (the file's
-                 gemm_tflops; floor_burst_ms). The side alone is no floor: under
-                 sustained load it read 653-746 TF/s where the burst read 760, and
-                 LLaMA-1B's (16, 2048) forward ran in 88.1 ms against its FLOPs' 91.9
-                 at the side's rate (results/models-2026-11-27-h100.json). params
+                 gemm_tflops; floor_burst_ms). A floor is the least time the FLOPs
+                 could take on the device, so it takes the better rate; the side's
+                 floor shows what the device's sustained state leaves of it (647.6-755.2
+                 TF/s where the burst read 759.3, results/models-2026-11-27b-h100.json),
+                 and the burst was the better rate in every case there. params
                  include the token embedding table (a gather, not a product: 38.6M of
                  ModernBERT-base's 149M, 263M of LLaMA-1B's 1.24B), which makes this
                  floor higher than any forward's products need
