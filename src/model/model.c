@@ -335,19 +335,20 @@ static stof_status read_lengths(stof_model *m, const stof_tensor *lengths, const
 static stof_status check_token_values(const stof_model *m, const enc_request *r)
 {
     const stof_model_info *info = &m->info;
+    const bool ids_host = r->ids->memory == STOF_MEM_HOST;
+    const bool types_host = r->types && r->types->memory == STOF_MEM_HOST;
     /* Device inputs were checked by the scan; this loop runs after the host
      * waited for it, while the device is idle. */
-    if (r->ids->memory != STOF_MEM_HOST && !(r->types && r->types->memory == STOF_MEM_HOST))
-        return STOF_OK;
+    if (!ids_host && !types_host) return STOF_OK;
     for (int b = 0; b < r->batch; b++)
         for (int i = 0; i < r->lengths[b]; i++) {
-            if (r->ids->memory == STOF_MEM_HOST) {
+            if (ids_host) {
                 int64_t id = enc_token_at(r->ids, b, i);
                 STOF_REQUIRE(id >= 0 && id < info->vocab, STOF_ERR_INVALID_ARG,
                              "ids[%d, %d] = %lld is outside the vocabulary [0, %d)", b, i,
                              (long long)id, info->vocab);
             }
-            if (r->types && r->types->memory == STOF_MEM_HOST) {
+            if (types_host) {
                 int64_t ty = enc_token_at(r->types, b, i);
                 STOF_REQUIRE(ty >= 0 && ty < info->type_vocab, STOF_ERR_INVALID_ARG,
                              "token_types[%d, %d] = %lld is outside [0, type_vocab_size = %d)", b,
